@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# `make cluster` / `make cluster-down`: run the local cluster in the
+# background for people (tests start their own).
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+state=$root/.cache/cluster
+pidfile=$state/pid
+mkdir -p "$state"
+
+running() { [[ -f $pidfile ]] && kill -0 "$(cat "$pidfile")" 2>/dev/null; }
+
+case ${1:-} in
+up)
+	if running; then
+		echo "cluster already running (pid $(cat "$pidfile")); stop it with: make cluster-down"
+	else
+		go build -o "$root/bin/npu-cluster" "$root/tests/cmd/npu-cluster"
+		rm -f "$state/ready"
+		(cd "$root" && nohup bin/npu-cluster up --state-dir "$state" ${CLUSTER_ARGS:-} >"$state/cluster.log" 2>&1 &
+			echo $! >"$pidfile")
+		for _ in $(seq 1 300); do
+			[[ -f $state/ready ]] && break
+			if ! running; then
+				echo "cluster failed to start; log:" >&2
+				tail -n 30 "$state/cluster.log" >&2
+				exit 1
+			fi
+			sleep 1
+		done
+		[[ -f $state/ready ]] || { echo "cluster did not become ready in 5 minutes; see $state/cluster.log" >&2; exit 1; }
+	fi
+	cat <<MSG
+local cluster running (pid $(cat "$pidfile")); point your tools at it with:
+
+  export KUBECONFIG=$(cat "$state/ready")
+  export PATH=${NPU_STACK_CP_DIR:-$root/.cache/controlplane}/bin:\$PATH
+  kubectl get nodes -L openfuyao.com/npu.chip
+
+inject a chip fault:  bin/npu-cluster wedge --state-dir $state --node npu-0 --chip 3
+stop it:              make cluster-down
+MSG
+	;;
+down)
+	if ! running; then
+		echo "no cluster running"
+		rm -f "$pidfile"
+		exit 0
+	fi
+	pid=$(cat "$pidfile")
+	kill -TERM "$pid"
+	for _ in $(seq 1 60); do
+		kill -0 "$pid" 2>/dev/null || break
+		sleep 1
+	done
+	if kill -0 "$pid" 2>/dev/null; then
+		echo "cluster did not stop in 60s; killing it" >&2
+		kill -KILL "$pid"
+	fi
+	rm -f "$pidfile"
+	echo "cluster stopped"
+	;;
+*)
+	echo "usage: $0 up|down" >&2
+	exit 2
+	;;
+esac

@@ -1,0 +1,69 @@
+// Package host is the narrow interface between the node agents and the
+// machine they run on. Everything that touches the host (boot ID, uptime,
+// reboot, npu-smi, host paths) goes through Host so that the same agent code
+// runs on a real node (Linux) and on a simulated one in tests (simhost).
+package host
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// RebootMethod selects how a reboot is triggered.
+type RebootMethod string
+
+const (
+	// RebootSystemd runs `systemctl reboot` in the host's namespaces, so
+	// services stop cleanly and filesystems are synced.
+	RebootSystemd RebootMethod = "systemctl"
+	// RebootSysrq triggers an immediate kernel reboot; for hosts whose
+	// userspace is too wedged for systemd to finish a shutdown.
+	RebootSysrq RebootMethod = "sysrq"
+)
+
+// ParseRebootMethod validates a user-supplied reboot method.
+func ParseRebootMethod(s string) (RebootMethod, error) {
+	switch m := RebootMethod(s); m {
+	case RebootSystemd, RebootSysrq:
+		return m, nil
+	default:
+		return "", fmt.Errorf("unknown reboot method %q: use %q or %q", s, RebootSystemd, RebootSysrq)
+	}
+}
+
+// Host is what a node agent may ask of its machine.
+type Host interface {
+	// BootID identifies the current boot; it changes on every reboot.
+	BootID() (string, error)
+	// Uptime is the time since the current boot.
+	Uptime() (time.Duration, error)
+	// Reboot asks the machine to reboot. On success it returns before the
+	// reboot happens; the caller must not assume it survives long after.
+	Reboot(ctx context.Context, method RebootMethod) error
+	// NPUSMI runs the vendor tool `npu-smi` with args and returns its
+	// standard output. A non-zero exit is an *ExitError carrying the output.
+	NPUSMI(ctx context.Context, args ...string) ([]byte, error)
+	// Path maps an absolute path on the host (such as /run/npu-stack) to
+	// where this process reaches it.
+	Path(hostPath string) string
+}
+
+// ExitError is a host command that ran and exited non-zero.
+type ExitError struct {
+	Command string
+	Code    int
+	Output  []byte
+}
+
+func (e *ExitError) Error() string {
+	return fmt.Sprintf("%s exited with code %d", e.Command, e.Code)
+}
+
+// IsExitError reports whether err is, or wraps, an *ExitError.
+func IsExitError(err error) (*ExitError, bool) {
+	var ee *ExitError
+	ok := errors.As(err, &ee)
+	return ee, ok
+}

@@ -1,0 +1,287 @@
+// Package simhost is a simulated NPU machine kept in a directory, so that a
+// test harness and the agent processes it starts share one host: the agents
+// see it through host.Host (selected by the NPU_STACK_SIM_HOST variable), the
+// harness drives it (wedge a chip, break npu-smi, complete a reboot).
+//
+// Every change goes through a file lock and an atomic rename, because the
+// harness and several agent processes read and write it concurrently.
+package simhost
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"syscall"
+	"time"
+
+	"github.com/openfuyao/npu-stack/internal/host"
+)
+
+// EnvVar names the simulated host directory for an agent process.
+const EnvVar = "NPU_STACK_SIM_HOST"
+
+// SMIMode is how the simulated npu-smi behaves.
+type SMIMode string
+
+const (
+	SMINormal SMIMode = ""     // table generated from the chips
+	SMIHang   SMIMode = "hang" // never returns until the caller gives up
+	SMIFail   SMIMode = "fail" // exits non-zero like a driver that lost its chips
+	SMIRaw    SMIMode = "raw"  // prints State.SMIOutput verbatim
+)
+
+// State is the whole simulated machine.
+type State struct {
+	BootID    string    `json:"bootID"`
+	BootTime  time.Time `json:"bootTime"`
+	Reboots   int       `json:"reboots"`
+	Chip      string    `json:"chip"`      // e.g. 910b, 310p
+	ChipCount int       `json:"chipCount"` // chips physically present
+	// LoadedDriver is the driver version in the running kernel; empty
+	// after boot until a driver is installed and loaded.
+	LoadedDriver string `json:"loadedDriver"`
+	// Wedged chips report Health Critical until the next reboot (or
+	// forever with StickyWedge, a fault a reboot does not fix).
+	Wedged      []int   `json:"wedged,omitempty"`
+	StickyWedge bool    `json:"stickyWedge,omitempty"`
+	SMIMode     SMIMode `json:"smiMode,omitempty"`
+	SMIOutput   string  `json:"smiOutput,omitempty"`
+	SMIExitCode int     `json:"smiExitCode,omitempty"`
+	// RebootRequest is the method of a reboot asked for and not yet
+	// carried out by the harness.
+	RebootRequest host.RebootMethod `json:"rebootRequest,omitempty"`
+}
+
+// Spec describes a machine to create.
+type Spec struct {
+	Chip      string
+	ChipCount int
+	// Driver, if set, is already loaded at first boot (a node whose
+	// driver was installed before npu-stack).
+	Driver string
+}
+
+// Host is a simulated machine rooted at Dir. It implements host.Host.
+type Host struct {
+	Dir   string
+	clock func() time.Time
+}
+
+var _ host.Host = (*Host)(nil)
+
+// Create makes a freshly booted machine in dir.
+func Create(dir string, spec Spec) (*Host, error) {
+	if spec.ChipCount < 0 {
+		return nil, fmt.Errorf("simulated host %s: negative chip count %d", dir, spec.ChipCount)
+	}
+	if err := os.MkdirAll(filepath.Join(dir, "root"), 0o755); err != nil {
+		return nil, fmt.Errorf("create simulated host %s: %w", dir, err)
+	}
+	h := Open(dir)
+	st := State{BootID: newBootID(), BootTime: h.clock(), Chip: spec.Chip, ChipCount: spec.ChipCount, LoadedDriver: spec.Driver}
+	if err := h.write(&st); err != nil {
+		return nil, err
+	}
+	return h, nil
+}
+
+// Open attaches to an existing simulated machine.
+func Open(dir string) *Host { return &Host{Dir: dir, clock: time.Now} }
+
+// FromEnv opens the simulated machine named by $NPU_STACK_SIM_HOST, if set.
+func FromEnv() (*Host, bool) {
+	dir := os.Getenv(EnvVar)
+	if dir == "" {
+		return nil, false
+	}
+	return Open(dir), true
+}
+
+func (h *Host) statePath() string { return filepath.Join(h.Dir, "state.json") }
+
+// State returns a snapshot of the machine.
+func (h *Host) State() (State, error) {
+	var st State
+	err := h.withLock(syscall.LOCK_SH, func() error {
+		var err error
+		st, err = h.read()
+		return err
+	})
+	return st, err
+}
+
+// Update changes the machine under its lock.
+func (h *Host) Update(change func(*State) error) error {
+	return h.withLock(syscall.LOCK_EX, func() error {
+		st, err := h.read()
+		if err != nil {
+			return err
+		}
+		if err := change(&st); err != nil {
+			return err
+		}
+		return h.write(&st)
+	})
+}
+
+func (h *Host) BootID() (string, error) {
+	st, err := h.State()
+	return st.BootID, err
+}
+
+func (h *Host) Uptime() (time.Duration, error) {
+	st, err := h.State()
+	if err != nil {
+		return 0, err
+	}
+	return h.clock().Sub(st.BootTime), nil
+}
+
+// Reboot records the request; the harness carries it out with
+// CompleteReboot, as the real machine would shortly after systemctl returns.
+func (h *Host) Reboot(_ context.Context, method host.RebootMethod) error {
+	if _, err := host.ParseRebootMethod(string(method)); err != nil {
+		return err
+	}
+	return h.Update(func(st *State) error {
+		st.RebootRequest = method
+		return nil
+	})
+}
+
+func (h *Host) Path(hostPath string) string { return filepath.Join(h.Dir, "root", hostPath) }
+
+// CompleteReboot carries out a requested reboot: a new boot ID and boot
+// time, no driver loaded, /run emptied, wedges gone unless sticky. It
+// reports whether a reboot was pending.
+func (h *Host) CompleteReboot() (bool, error) {
+	done := false
+	err := h.Update(func(st *State) error {
+		if st.RebootRequest == "" {
+			return nil
+		}
+		done = true
+		st.RebootRequest = ""
+		st.Reboots++
+		st.BootID = newBootID()
+		st.BootTime = h.clock()
+		st.LoadedDriver = ""
+		if !st.StickyWedge {
+			st.Wedged = nil
+		}
+		return os.RemoveAll(h.Path("/run"))
+	})
+	return done, err
+}
+
+// Wedge makes chips report Critical until the next reboot.
+func (h *Host) Wedge(chips ...int) error {
+	return h.Update(func(st *State) error {
+		for _, c := range chips {
+			if c < 0 || c >= st.ChipCount {
+				return fmt.Errorf("simulated host %s: no chip %d (has %d)", h.Dir, c, st.ChipCount)
+			}
+			if !contains(st.Wedged, c) {
+				st.Wedged = append(st.Wedged, c)
+			}
+		}
+		sort.Ints(st.Wedged)
+		return nil
+	})
+}
+
+// SetSMI changes how npu-smi behaves (raw output and exit code for SMIRaw).
+func (h *Host) SetSMI(mode SMIMode, output string, exitCode int) error {
+	return h.Update(func(st *State) error {
+		st.SMIMode, st.SMIOutput, st.SMIExitCode = mode, output, exitCode
+		return nil
+	})
+}
+
+// LoadDriver simulates insmod of a driver version.
+func (h *Host) LoadDriver(version string) error {
+	return h.Update(func(st *State) error {
+		if st.LoadedDriver != "" && st.LoadedDriver != version {
+			// The real chips do not survive rmmod; neither does the model.
+			return fmt.Errorf("simulated host %s: driver %s already loaded, cannot load %s without a reboot", h.Dir, st.LoadedDriver, version)
+		}
+		st.LoadedDriver = version
+		return nil
+	})
+}
+
+func (h *Host) NPUSMI(ctx context.Context, args ...string) ([]byte, error) {
+	st, err := h.State()
+	if err != nil {
+		return nil, err
+	}
+	return RunSMI(ctx, st, args...)
+}
+
+func (h *Host) read() (State, error) {
+	var st State
+	b, err := os.ReadFile(h.statePath())
+	if err != nil {
+		return st, fmt.Errorf("read simulated host %s: %w", h.Dir, err)
+	}
+	if err := json.Unmarshal(b, &st); err != nil {
+		return st, fmt.Errorf("parse simulated host %s: %w", h.statePath(), err)
+	}
+	return st, nil
+}
+
+func (h *Host) write(st *State) error {
+	b, err := json.MarshalIndent(st, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encode simulated host state: %w", err)
+	}
+	tmp, err := os.CreateTemp(h.Dir, ".state-*")
+	if err != nil {
+		return fmt.Errorf("write simulated host %s: %w", h.Dir, err)
+	}
+	_, werr := tmp.Write(b)
+	cerr := tmp.Close()
+	if err := errors.Join(werr, cerr); err != nil {
+		os.Remove(tmp.Name())
+		return fmt.Errorf("write simulated host %s: %w", h.Dir, err)
+	}
+	if err := os.Rename(tmp.Name(), h.statePath()); err != nil {
+		return fmt.Errorf("write simulated host %s: %w", h.Dir, err)
+	}
+	return nil
+}
+
+func (h *Host) withLock(how int, fn func() error) error {
+	f, err := os.OpenFile(filepath.Join(h.Dir, ".lock"), os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return fmt.Errorf("lock simulated host %s: %w", h.Dir, err)
+	}
+	defer f.Close()
+	if err := syscall.Flock(int(f.Fd()), how); err != nil {
+		return fmt.Errorf("lock simulated host %s: %w", h.Dir, err)
+	}
+	defer syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+	return fn()
+}
+
+func newBootID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails on Linux
+	s := hex.EncodeToString(b[:])
+	return s[0:8] + "-" + s[8:12] + "-" + s[12:16] + "-" + s[16:20] + "-" + s[20:]
+}
+
+func contains(xs []int, x int) bool {
+	for _, v := range xs {
+		if v == x {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,115 @@
+// Command npu-cluster runs the local test cluster for people: `make cluster`
+// starts it in the background, `make cluster-down` stops it, and
+// `npu-cluster wedge` injects chip faults into a process-backed node.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/openfuyao/npu-stack/internal/host/simhost"
+	"github.com/openfuyao/npu-stack/tests/testbed"
+)
+
+func main() {
+	if err := newRoot().Execute(); err != nil {
+		fmt.Fprintf(os.Stderr, "npu-cluster: %v\n", err)
+		os.Exit(1)
+	}
+}
+
+func newRoot() *cobra.Command {
+	var stateDir string
+	root := &cobra.Command{Use: "npu-cluster", Short: "Local Kubernetes control plane with simulated NPU nodes", SilenceUsage: true, SilenceErrors: true}
+	root.PersistentFlags().StringVar(&stateDir, "state-dir", ".cache/cluster", "where the cluster keeps its data, kubeconfig and logs")
+	root.AddCommand(newUp(&stateDir), newWedge(&stateDir))
+	return root
+}
+
+func newUp(stateDir *string) *cobra.Command {
+	var kwokNodes, procNodes int
+	var chip string
+	cmd := &cobra.Command{
+		Use:   "up",
+		Short: "start the cluster and keep it running until SIGTERM or SIGINT",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			runDir := filepath.Join(*stateDir, "run")
+			if err := os.RemoveAll(runDir); err != nil {
+				return fmt.Errorf("clear %s: %w", runDir, err)
+			}
+			if err := os.MkdirAll(runDir, 0o755); err != nil {
+				return err
+			}
+			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+			defer stop()
+			startCtx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+			defer cancel()
+			env, err := testbed.NewEnv(startCtx, testbed.Options{Dir: runDir})
+			if err != nil {
+				return err
+			}
+			defer func() {
+				if err := env.Stop(); err != nil {
+					fmt.Fprintf(os.Stderr, "npu-cluster: stop: %v\n", err)
+				}
+			}()
+			spec := testbed.NodeSpec{Chip: chip}
+			if _, err := env.AddProcessNodes(startCtx, procNodes, spec); err != nil {
+				return err
+			}
+			if _, err := env.AddNPUNodes(startCtx, kwokNodes, testbed.NodeSpec{Prefix: "kwok-npu", Chip: chip}); err != nil {
+				return err
+			}
+			kubeconfig, _ := filepath.Abs(env.Kubeconfig)
+			ready := filepath.Join(*stateDir, "ready")
+			if err := os.WriteFile(ready, []byte(kubeconfig+"\n"), 0o644); err != nil {
+				return err
+			}
+			defer os.Remove(ready)
+			fmt.Printf("cluster ready: KUBECONFIG=%s\n", kubeconfig)
+			<-ctx.Done()
+			fmt.Println("stopping cluster")
+			return nil
+		},
+	}
+	cmd.Flags().IntVar(&procNodes, "process-nodes", 3, "NPU nodes whose npu-stack pods run as real processes")
+	cmd.Flags().IntVar(&kwokNodes, "kwok-nodes", 0, "additional KWOK-simulated NPU nodes")
+	cmd.Flags().StringVar(&chip, "chip", "910b", "NPU chip of the nodes")
+	return cmd
+}
+
+func newWedge(stateDir *string) *cobra.Command {
+	var node string
+	var chips []int
+	var sticky bool
+	cmd := &cobra.Command{
+		Use:   "wedge --node NAME --chip N",
+		Short: "make chips of a process-backed node report Critical until its next reboot",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			dir := filepath.Join(*stateDir, "run", "nodes", node, "host")
+			if _, err := os.Stat(filepath.Join(dir, "state.json")); err != nil {
+				return fmt.Errorf("node %q is not a process-backed node of the running cluster (%s): %w", node, dir, err)
+			}
+			h := simhost.Open(dir)
+			if err := h.Wedge(chips...); err != nil {
+				return err
+			}
+			if sticky {
+				return h.Update(func(st *simhost.State) error { st.StickyWedge = true; return nil })
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&node, "node", "", "node name (required)")
+	cmd.Flags().IntSliceVar(&chips, "chip", []int{0}, "chip index to wedge (repeatable)")
+	cmd.Flags().BoolVar(&sticky, "sticky", false, "the fault survives reboots")
+	_ = cmd.MarkFlagRequired("node")
+	return cmd
+}

@@ -1,0 +1,94 @@
+package testbed
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"time"
+)
+
+// component is one control-plane process. It dies with the test binary
+// (Pdeathsig) so a crashed or killed test leaves no stray servers behind.
+type component struct {
+	name    string
+	cmd     *exec.Cmd
+	logPath string
+	done    chan struct{}
+	waitErr error
+}
+
+func startComponent(name, bin string, args []string, logDir string) (*component, error) {
+	logPath := filepath.Join(logDir, name+".log")
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		return nil, fmt.Errorf("start %s: %w", name, err)
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout = logFile
+	cmd.Stderr = logFile
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		logFile.Close()
+		return nil, fmt.Errorf("start %s (%s): %w", name, bin, err)
+	}
+	c := &component{name: name, cmd: cmd, logPath: logPath, done: make(chan struct{})}
+	go func() {
+		c.waitErr = cmd.Wait()
+		logFile.Close()
+		close(c.done)
+	}()
+	return c, nil
+}
+
+// exited reports whether the process has ended, with its log tail.
+func (c *component) exited() error {
+	select {
+	case <-c.done:
+		return fmt.Errorf("%s exited (%v); last log lines:\n%s", c.name, c.waitErr, tail(c.logPath, 20))
+	default:
+		return nil
+	}
+}
+
+// stop asks the process group to terminate and kills it after grace.
+func (c *component) stop(grace time.Duration) error {
+	select {
+	case <-c.done:
+		return nil
+	default:
+	}
+	pgid := -c.cmd.Process.Pid
+	if err := syscall.Kill(pgid, syscall.SIGTERM); err != nil && !errors.Is(err, syscall.ESRCH) {
+		return fmt.Errorf("stop %s: %w", c.name, err)
+	}
+	timer := time.NewTimer(grace)
+	defer timer.Stop()
+	select {
+	case <-c.done:
+		return nil
+	case <-timer.C:
+		_ = syscall.Kill(pgid, syscall.SIGKILL)
+		<-c.done
+		return nil
+	}
+}
+
+func tail(path string, lines int) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err.Error()
+	}
+	n := 0
+	for i := len(b) - 1; i >= 0; i-- {
+		if b[i] == '\n' {
+			n++
+			if n > lines {
+				return string(b[i+1:])
+			}
+		}
+	}
+	return string(b)
+}

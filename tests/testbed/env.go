@@ -1,0 +1,238 @@
+package testbed
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/openfuyao/npu-stack/internal/contract"
+	"github.com/openfuyao/npu-stack/internal/host/simhost"
+	"github.com/openfuyao/npu-stack/tests/testbed/procnode"
+)
+
+// Env is a control plane plus freshly built npu-stack binaries and the
+// simulated nodes added to it.
+type Env struct {
+	*ControlPlane
+	Client kubernetes.Interface
+	// ProductBinDir holds npu-hooks, npu-rebooter and npu-healthwatch
+	// built from this checkout.
+	ProductBinDir string
+
+	mu        sync.Mutex
+	procNodes []*procnode.Node
+	seq       int
+}
+
+// NodeSpec describes simulated NPU nodes to add.
+type NodeSpec struct {
+	// Prefix names the nodes Prefix-0, Prefix-1, ...; default "npu".
+	Prefix    string
+	Chip      string // default 910b
+	ChipCount int    // default 8
+	Kernel    string // default 5.15.0-105-generic
+	OS        string // default ubuntu22.04
+	// Labels are added to (and may override) the NPU labels.
+	Labels map[string]string
+	// Driver, if set, is loaded on the simulated host at first boot.
+	Driver string
+}
+
+func (s NodeSpec) withDefaults() NodeSpec {
+	if s.Prefix == "" {
+		s.Prefix = "npu"
+	}
+	if s.Chip == "" {
+		s.Chip = "910b"
+	}
+	if s.ChipCount == 0 {
+		s.ChipCount = 8
+	}
+	if s.Kernel == "" {
+		s.Kernel = "5.15.0-105-generic"
+	}
+	if s.OS == "" {
+		s.OS = "ubuntu22.04"
+	}
+	return s
+}
+
+// Labels are the node labels the spec gives.
+func (s NodeSpec) NodeLabels() map[string]string {
+	s = s.withDefaults()
+	l := map[string]string{
+		contract.LabelNPUPresent: "true",
+		contract.LabelChip:       s.Chip,
+		contract.LabelKernel:     s.Kernel,
+		contract.LabelOS:         s.OS,
+	}
+	for k, v := range s.Labels {
+		l[k] = v
+	}
+	return l
+}
+
+// NewEnv starts a control plane and builds the product binaries.
+func NewEnv(ctx context.Context, opts Options) (*Env, error) {
+	cp, err := Start(ctx, opts)
+	if err != nil {
+		return nil, err
+	}
+	env := &Env{ControlPlane: cp}
+	if env.Client, err = kubernetes.NewForConfig(cp.Config()); err != nil {
+		_ = cp.Stop()
+		return nil, fmt.Errorf("client: %w", err)
+	}
+	if env.ProductBinDir, err = BuildProduct(ctx, filepath.Join(cp.Dir, "product-bin")); err != nil {
+		_ = cp.Stop()
+		return nil, err
+	}
+	return env, nil
+}
+
+// BuildProduct compiles the three npu-stack binaries from this checkout
+// into dir (the Go build cache keeps this fast after the first time).
+func BuildProduct(ctx context.Context, dir string) (string, error) {
+	root, err := RepoRoot()
+	if err != nil {
+		return "", err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", fmt.Errorf("product bin dir: %w", err)
+	}
+	args := []string{"build", "-o", dir + "/"}
+	for _, b := range procnode.Binaries {
+		args = append(args, "./cmd/"+b)
+	}
+	cmd := exec.CommandContext(ctx, "go", args...)
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("build npu-stack binaries: %w\n%s", err, out)
+	}
+	return dir, nil
+}
+
+// AddNPUNodes registers n KWOK-simulated NPU nodes (pods on them are
+// marked Running without running anything) and returns their names.
+func (e *Env) AddNPUNodes(ctx context.Context, n int, spec NodeSpec) ([]string, error) {
+	spec = spec.withDefaults()
+	return e.AddNodes(ctx, n, spec.Prefix, spec.NodeLabels())
+}
+
+// AddNodes registers n KWOK-simulated nodes with the given labels.
+func (e *Env) AddNodes(ctx context.Context, n int, prefix string, labels map[string]string) ([]string, error) {
+	var names []string
+	for i := 0; i < n; i++ {
+		name := e.nextName(prefix)
+		l := map[string]string{
+			corev1.LabelHostname:   name,
+			corev1.LabelOSStable:   "linux",
+			corev1.LabelArchStable: "amd64",
+			"type":                 "kwok",
+		}
+		for k, v := range labels {
+			l[k] = v
+		}
+		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{
+			Name:        name,
+			Labels:      l,
+			Annotations: map[string]string{KWOKAnnotation: "fake"},
+		}}
+		if _, err := e.Client.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil {
+			return names, fmt.Errorf("create KWOK node %s: %w", name, err)
+		}
+		names = append(names, name)
+	}
+	return names, nil
+}
+
+// AddProcessNodes registers n NPU nodes whose pods of npu-stack images run
+// as real processes on a simulated host.
+func (e *Env) AddProcessNodes(ctx context.Context, n int, spec NodeSpec) ([]*procnode.Node, error) {
+	spec = spec.withDefaults()
+	var nodes []*procnode.Node
+	for i := 0; i < n; i++ {
+		name := e.nextName(spec.Prefix)
+		node, err := procnode.Start(ctx, procnode.Config{
+			Client:     e.Client,
+			RESTConfig: e.Config(),
+			Name:       name,
+			Labels:     spec.NodeLabels(),
+			BinDir:     e.ProductBinDir,
+			Dir:        filepath.Join(e.Dir, "nodes", name),
+			Host:       simhost.Spec{Chip: spec.Chip, ChipCount: spec.ChipCount, Driver: spec.Driver},
+		})
+		if err != nil {
+			return nodes, err
+		}
+		e.mu.Lock()
+		e.procNodes = append(e.procNodes, node)
+		e.mu.Unlock()
+		nodes = append(nodes, node)
+	}
+	return nodes, nil
+}
+
+// ProcessNode returns the process-backed node with the given name.
+func (e *Env) ProcessNode(name string) (*procnode.Node, bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, n := range e.procNodes {
+		if n.Name() == name {
+			return n, true
+		}
+	}
+	return nil, false
+}
+
+func (e *Env) nextName(prefix string) string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	name := fmt.Sprintf("%s-%d", prefix, e.seq)
+	e.seq++
+	return name
+}
+
+// Stop stops the process nodes (killing their pods' processes) and the
+// control plane.
+func (e *Env) Stop() error {
+	e.mu.Lock()
+	nodes := e.procNodes
+	e.procNodes = nil
+	e.mu.Unlock()
+	for _, n := range nodes {
+		n.Stop()
+	}
+	return e.ControlPlane.Stop()
+}
+
+// Main is the body of a TestMain: it starts one Env for the whole test
+// binary, runs the tests and always stops the Env, also when tests fail.
+func Main(m *testing.M, env **Env) int {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	e, err := NewEnv(ctx, Options{})
+	cancel()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "testbed: %v\n", err)
+		return 1
+	}
+	*env = e
+	code := m.Run()
+	if err := e.Stop(); err != nil && !errors.Is(err, os.ErrNotExist) {
+		fmt.Fprintf(os.Stderr, "testbed: stop: %v\n", err)
+		if code == 0 {
+			code = 1
+		}
+	}
+	return code
+}

@@ -1,0 +1,42 @@
+package testbed
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+)
+
+// RepoRoot finds the npu-stack checkout this code was built from.
+func RepoRoot() (string, error) {
+	out, err := exec.Command("go", "env", "GOMOD").Output()
+	if err != nil {
+		return "", fmt.Errorf("locate the npu-stack module: %w", err)
+	}
+	mod := strings.TrimSpace(string(out))
+	if mod == "" || mod == os.DevNull {
+		return "", fmt.Errorf("locate the npu-stack module: not inside a Go module")
+	}
+	return filepath.Dir(mod), nil
+}
+
+func resolveBinDir(dir string) (string, error) {
+	if dir == "" {
+		if env := os.Getenv("NPU_STACK_CP_DIR"); env != "" {
+			dir = filepath.Join(env, "bin")
+		} else {
+			root, err := RepoRoot()
+			if err != nil {
+				return "", err
+			}
+			dir = filepath.Join(root, ".cache", "controlplane", "bin")
+		}
+	}
+	for _, b := range []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok"} {
+		if _, err := os.Stat(filepath.Join(dir, b)); err != nil {
+			return "", fmt.Errorf("control-plane binary %s missing in %s: run `make controlplane` (ci/build-controlplane.sh) first", b, dir)
+		}
+	}
+	return dir, nil
+}

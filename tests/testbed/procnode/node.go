@@ -1,0 +1,321 @@
+// Package procnode is a stand-in kubelet for tests: pods bound to its node
+// whose images are npu-stack's own binaries run as real local processes,
+// other containers are simulated as running, and the machine underneath is
+// a simhost. It is deliberately small: enough for the Job controller, the
+// DaemonSet controller and Helm's waits to see real pod lifecycles.
+package procnode
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/retry"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/ptr"
+
+	"github.com/openfuyao/npu-stack/internal/host/simhost"
+)
+
+const (
+	nodeIP = "127.0.0.1"
+	// ProcessNodeLabel marks nodes whose pods run as processes.
+	ProcessNodeLabel = "npu-stack.test/process-node"
+	heartbeatPeriod  = 10 * time.Second
+	rebootKey        = "\x00reboot"
+)
+
+// Config describes one process-backed node.
+type Config struct {
+	Client     kubernetes.Interface
+	RESTConfig *rest.Config // API server address and CA for the pods' kubeconfigs
+	Name       string
+	Labels     map[string]string
+	// BinDir holds the freshly built npu-hooks, npu-rebooter and
+	// npu-healthwatch.
+	BinDir string
+	// Dir holds the node's simulated host and its pods' files and logs.
+	Dir  string
+	Host simhost.Spec
+}
+
+// Node is a running process-backed node.
+type Node struct {
+	cfg    Config
+	host   *simhost.Host
+	queue  workqueue.TypedRateLimitingInterface[string]
+	store  cache.Store
+	cancel context.CancelFunc
+	done   chan struct{}
+	pods   map[string]*podRun // owned by the worker goroutine
+
+	statusMu sync.Mutex
+	ready    bool
+}
+
+// Start registers the node, marks it Ready and starts running its pods.
+func Start(ctx context.Context, cfg Config) (*Node, error) {
+	if err := os.MkdirAll(filepath.Join(cfg.Dir, "pods"), 0o755); err != nil {
+		return nil, fmt.Errorf("node %s: %w", cfg.Name, err)
+	}
+	h, err := simhost.Create(filepath.Join(cfg.Dir, "host"), cfg.Host)
+	if err != nil {
+		return nil, fmt.Errorf("node %s: %w", cfg.Name, err)
+	}
+	n := &Node{
+		cfg:   cfg,
+		host:  h,
+		queue: workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]()),
+		pods:  map[string]*podRun{},
+		done:  make(chan struct{}),
+		ready: true,
+	}
+	if err := n.register(ctx); err != nil {
+		return nil, err
+	}
+	runCtx, cancel := context.WithCancel(context.Background())
+	n.cancel = cancel
+
+	factory := informers.NewSharedInformerFactoryWithOptions(cfg.Client, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+		o.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", cfg.Name).String()
+	}))
+	inf := factory.Core().V1().Pods().Informer()
+	enqueue := func(obj any) {
+		if key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
+			n.queue.Add(key)
+		}
+	}
+	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    enqueue,
+		UpdateFunc: func(_, obj any) { enqueue(obj) },
+		DeleteFunc: enqueue,
+	}); err != nil {
+		cancel()
+		return nil, fmt.Errorf("node %s: pod handler: %w", cfg.Name, err)
+	}
+	n.store = inf.GetStore()
+	factory.Start(runCtx.Done())
+	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
+		cancel()
+		return nil, fmt.Errorf("node %s: pod informer did not sync", cfg.Name)
+	}
+	var wg sync.WaitGroup
+	wg.Add(3)
+	go func() { defer wg.Done(); n.work(runCtx) }()
+	go func() { defer wg.Done(); n.heartbeat(runCtx) }()
+	go func() { defer wg.Done(); n.watchReboots(runCtx) }()
+	go func() {
+		<-runCtx.Done()
+		n.queue.ShutDown()
+		wg.Wait()
+		factory.Shutdown()
+		close(n.done)
+	}()
+	return n, nil
+}
+
+// Name is the node's name.
+func (n *Node) Name() string { return n.cfg.Name }
+
+// Host is the node's simulated machine, for fault injection.
+func (n *Node) Host() *simhost.Host { return n.host }
+
+// Stop kills every pod process and stops managing the node. The Node
+// object stays; it goes NotReady as a dead kubelet's would.
+func (n *Node) Stop() {
+	n.cancel()
+	<-n.done
+	for _, r := range n.pods {
+		r.kill(0)
+	}
+}
+
+func (n *Node) register(ctx context.Context) error {
+	bootID, err := n.host.BootID()
+	if err != nil {
+		return err
+	}
+	labels := map[string]string{
+		corev1.LabelHostname:   n.cfg.Name,
+		corev1.LabelOSStable:   "linux",
+		corev1.LabelArchStable: "amd64",
+		ProcessNodeLabel:       "true",
+	}
+	for k, v := range n.cfg.Labels {
+		labels[k] = v
+	}
+	capacity := corev1.ResourceList{
+		corev1.ResourceCPU:    resource.MustParse("64"),
+		corev1.ResourceMemory: resource.MustParse("256Gi"),
+		corev1.ResourcePods:   resource.MustParse("110"),
+	}
+	node := &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: n.cfg.Name, Labels: labels},
+	}
+	if _, err := n.cfg.Client.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("register node %s: %w", n.cfg.Name, err)
+	}
+	return n.setStatus(ctx, func(s *corev1.NodeStatus) {
+		s.Capacity = capacity
+		s.Allocatable = capacity
+		s.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: nodeIP}, {Type: corev1.NodeHostName, Address: n.cfg.Name}}
+		s.NodeInfo = corev1.NodeSystemInfo{BootID: bootID, OperatingSystem: "linux", Architecture: "amd64", KubeletVersion: "v1.37.1", KernelVersion: n.cfg.Labels["npu.openfuyao.com/kernel"]}
+	})
+}
+
+// setStatus writes the Ready condition (from n.ready) and whatever change
+// adds, retrying on conflicts with the node lifecycle controller.
+func (n *Node) setStatus(ctx context.Context, change func(*corev1.NodeStatus)) error {
+	n.statusMu.Lock()
+	defer n.statusMu.Unlock()
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		node, err := n.cfg.Client.CoreV1().Nodes().Get(ctx, n.cfg.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if change != nil {
+			change(&node.Status)
+		}
+		now := metav1.Now()
+		cond := corev1.NodeCondition{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady", Message: "process-backed node is ready", LastHeartbeatTime: now, LastTransitionTime: now}
+		if !n.ready {
+			cond.Status, cond.Reason, cond.Message = corev1.ConditionFalse, "KubeletNotReady", "node is rebooting"
+		}
+		replaced := false
+		for i, c := range node.Status.Conditions {
+			if c.Type == corev1.NodeReady {
+				if c.Status == cond.Status {
+					cond.LastTransitionTime = c.LastTransitionTime
+				}
+				node.Status.Conditions[i] = cond
+				replaced = true
+			}
+		}
+		if !replaced {
+			node.Status.Conditions = append(node.Status.Conditions, cond)
+		}
+		_, err = n.cfg.Client.CoreV1().Nodes().UpdateStatus(ctx, node, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("node %s status: %w", n.cfg.Name, err)
+	}
+	return nil
+}
+
+// heartbeat keeps the node lease and Ready condition fresh, as the kubelet
+// does, so the node lifecycle controller never marks the node unreachable.
+func (n *Node) heartbeat(ctx context.Context) {
+	leases := n.cfg.Client.CoordinationV1().Leases(corev1.NamespaceNodeLease)
+	t := time.NewTicker(heartbeatPeriod)
+	defer t.Stop()
+	for {
+		now := metav1.NewMicroTime(time.Now())
+		lease, err := leases.Get(ctx, n.cfg.Name, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+			_, _ = leases.Create(ctx, &coordinationv1.Lease{
+				ObjectMeta: metav1.ObjectMeta{Name: n.cfg.Name},
+				Spec:       coordinationv1.LeaseSpec{HolderIdentity: ptr.To(n.cfg.Name), LeaseDurationSeconds: ptr.To[int32](40), RenewTime: &now},
+			}, metav1.CreateOptions{})
+		case err == nil:
+			lease.Spec.RenewTime = &now
+			_, _ = leases.Update(ctx, lease, metav1.UpdateOptions{})
+		}
+		if err := n.setStatus(ctx, nil); err != nil && ctx.Err() == nil {
+			fmt.Fprintf(os.Stderr, "procnode: %v\n", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// watchReboots hands a reboot requested through the simulated host to the
+// worker, which owns the pods.
+func (n *Node) watchReboots(ctx context.Context) {
+	t := time.NewTicker(50 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		st, err := n.host.State()
+		if err == nil && st.RebootRequest != "" {
+			n.queue.Add(rebootKey)
+		}
+	}
+}
+
+// reboot models a machine reboot: every process dies, the node is briefly
+// NotReady, the boot ID changes and the kubelet restarts the pods' containers
+// (init containers first) as it does after a real boot.
+func (n *Node) reboot(ctx context.Context) error {
+	n.statusMu.Lock()
+	n.ready = false
+	n.statusMu.Unlock()
+	if err := n.setStatus(ctx, nil); err != nil {
+		return err
+	}
+	for _, r := range n.pods {
+		r.kill(0)
+	}
+	rebooted, err := n.host.CompleteReboot()
+	if err != nil || !rebooted {
+		return err
+	}
+	bootID, err := n.host.BootID()
+	if err != nil {
+		return err
+	}
+	for key, r := range n.pods {
+		r.afterReboot()
+		n.queue.Add(key)
+	}
+	n.statusMu.Lock()
+	n.ready = true
+	n.statusMu.Unlock()
+	return n.setStatus(ctx, func(s *corev1.NodeStatus) { s.NodeInfo.BootID = bootID })
+}
+
+func (n *Node) work(ctx context.Context) {
+	for {
+		key, shutdown := n.queue.Get()
+		if shutdown {
+			return
+		}
+		var err error
+		if key == rebootKey {
+			err = n.reboot(ctx)
+		} else {
+			err = n.sync(ctx, key)
+		}
+		switch {
+		case err == nil:
+			n.queue.Forget(key)
+		case ctx.Err() != nil || errors.Is(err, context.Canceled):
+		default:
+			fmt.Fprintf(os.Stderr, "procnode %s: %s: %v\n", n.cfg.Name, key, err)
+			n.queue.AddRateLimited(key)
+		}
+		n.queue.Done(key)
+	}
+}
