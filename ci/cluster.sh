@@ -16,8 +16,10 @@ up)
 	else
 		go build -o "$root/bin/npu-cluster" "$root/tests/cmd/npu-cluster"
 		rm -f "$state/ready"
-		(cd "$root" && nohup bin/npu-cluster up --state-dir "$state" ${CLUSTER_ARGS:-} >"$state/cluster.log" 2>&1 &
-			echo $! >"$pidfile")
+		cd "$root"
+		# shellcheck disable=SC2086 # CLUSTER_ARGS holds several flags
+		nohup bin/npu-cluster up --state-dir "$state" ${CLUSTER_ARGS:-} </dev/null >"$state/cluster.log" 2>&1 &
+		echo $! >"$pidfile"
 		for _ in $(seq 1 300); do
 			[[ -f $state/ready ]] && break
 			if ! running; then

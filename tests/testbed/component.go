@@ -31,13 +31,13 @@ func startComponent(name, bin string, args []string, logDir string) (*component,
 	cmd.Stderr = logFile
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
-		logFile.Close()
+		_ = logFile.Close()
 		return nil, fmt.Errorf("start %s (%s): %w", name, bin, err)
 	}
 	c := &component{name: name, cmd: cmd, logPath: logPath, done: make(chan struct{})}
 	go func() {
 		c.waitErr = cmd.Wait()
-		logFile.Close()
+		_ = logFile.Close()
 		close(c.done)
 	}()
 	return c, nil
@@ -47,7 +47,7 @@ func startComponent(name, bin string, args []string, logDir string) (*component,
 func (c *component) exited() error {
 	select {
 	case <-c.done:
-		return fmt.Errorf("%s exited (%v); last log lines:\n%s", c.name, c.waitErr, tail(c.logPath, 20))
+		return fmt.Errorf("%s exited (%w); last log lines:\n%s", c.name, c.waitErr, tail(c.logPath, 20))
 	default:
 		return nil
 	}

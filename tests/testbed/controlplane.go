@@ -254,7 +254,7 @@ func (c *ControlPlane) waitFor(ctx context.Context, what string, cond func() (bo
 	})
 	if err != nil {
 		if last != nil {
-			return fmt.Errorf("waiting for %s: %w (last error: %v)", what, err, last)
+			return fmt.Errorf("waiting for %s: %w (last error: %w)", what, err, last)
 		}
 		return fmt.Errorf("waiting for %s: %w", what, err)
 	}
@@ -271,7 +271,7 @@ func (c *ControlPlane) waitHTTP(ctx context.Context, what, url string, hc *http.
 		if err != nil {
 			return false, err
 		}
-		resp.Body.Close()
+		_ = resp.Body.Close()
 		return resp.StatusCode == http.StatusOK, nil
 	})
 }
@@ -306,7 +306,7 @@ func freePorts(n int) ([]int, error) {
 	var ls []net.Listener
 	defer func() {
 		for _, l := range ls {
-			l.Close()
+			_ = l.Close()
 		}
 	}()
 	for i := 0; i < n; i++ {
@@ -319,3 +319,15 @@ func freePorts(n int) ([]int, error) {
 	}
 	return ports, nil
 }
+
+// PIDs are the process IDs of the running components.
+func (c *ControlPlane) PIDs() []int {
+	var pids []int
+	for _, comp := range c.comps {
+		pids = append(pids, comp.cmd.Process.Pid)
+	}
+	return pids
+}
+
+// Host is the API server's address, https://127.0.0.1:<port>.
+func (c *ControlPlane) Host() string { return c.cfg.Host }

@@ -58,7 +58,7 @@ func WaitFor[T runtime.Object](ctx context.Context, lw cache.ListerWatcher, exam
 		}
 		_, lastErr = cond(typed)
 		if lastErr != nil {
-			return fmt.Errorf("%w: %v", ctx.Err(), lastErr)
+			return fmt.Errorf("%w: %w", ctx.Err(), lastErr)
 		}
 		return fmt.Errorf("condition not met: %w", ctx.Err())
 	}

@@ -248,7 +248,7 @@ func (h *Host) write(st *State) error {
 	_, werr := tmp.Write(b)
 	cerr := tmp.Close()
 	if err := errors.Join(werr, cerr); err != nil {
-		os.Remove(tmp.Name())
+		_ = os.Remove(tmp.Name())
 		return fmt.Errorf("write simulated host %s: %w", h.Dir, err)
 	}
 	if err := os.Rename(tmp.Name(), h.statePath()); err != nil {
@@ -262,11 +262,11 @@ func (h *Host) withLock(how int, fn func() error) error {
 	if err != nil {
 		return fmt.Errorf("lock simulated host %s: %w", h.Dir, err)
 	}
-	defer f.Close()
+	// Closing the descriptor releases the lock.
+	defer func() { _ = f.Close() }()
 	if err := syscall.Flock(int(f.Fd()), how); err != nil {
 		return fmt.Errorf("lock simulated host %s: %w", h.Dir, err)
 	}
-	defer syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
 	return fn()
 }
 

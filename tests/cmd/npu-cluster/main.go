@@ -72,7 +72,7 @@ func newUp(stateDir *string) *cobra.Command {
 			if err := os.WriteFile(ready, []byte(kubeconfig+"\n"), 0o644); err != nil {
 				return err
 			}
-			defer os.Remove(ready)
+			defer func() { _ = os.Remove(ready) }()
 			fmt.Printf("cluster ready: KUBECONFIG=%s\n", kubeconfig)
 			<-ctx.Done()
 			fmt.Println("stopping cluster")

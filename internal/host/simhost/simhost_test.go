@@ -1,0 +1,140 @@
+package simhost
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/openfuyao/npu-stack/internal/host"
+)
+
+func newHost(t *testing.T, spec Spec) *Host {
+	t.Helper()
+	h, err := Create(t.TempDir(), spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+func TestRebootChangesBootIDAndUnloadsDriver(t *testing.T) {
+	h := newHost(t, Spec{Chip: "910b", ChipCount: 8, Driver: "25.3.0"})
+	before, err := h.BootID()
+	if err != nil || len(before) != 36 {
+		t.Fatalf("boot ID %q, %v: want a UUID", before, err)
+	}
+	if done, err := h.CompleteReboot(); err != nil || done {
+		t.Fatalf("CompleteReboot without a request = %v, %v; want false", done, err)
+	}
+	if err := h.Reboot(context.Background(), host.RebootMethod("kexec")); err == nil {
+		t.Fatal("unknown reboot method accepted")
+	}
+	if err := h.Reboot(context.Background(), host.RebootSysrq); err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := h.State(); st.RebootRequest != host.RebootSysrq {
+		t.Fatalf("request %q not recorded", st.RebootRequest)
+	}
+	if done, err := h.CompleteReboot(); err != nil || !done {
+		t.Fatalf("CompleteReboot = %v, %v", done, err)
+	}
+	st, err := h.State()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.BootID == before || st.Reboots != 1 || st.LoadedDriver != "" || st.RebootRequest != "" {
+		t.Fatalf("after reboot: %+v; want new boot ID, 1 reboot, no driver, no request", st)
+	}
+}
+
+func TestRunDirIsTmpfsAcrossReboot(t *testing.T) {
+	h := newHost(t, Spec{Chip: "910b", ChipCount: 1})
+	marker := h.Path("/run/npu-stack/driver-ready")
+	if !strings.HasPrefix(marker, h.Dir) {
+		t.Fatalf("host path %s escapes the simulated host %s", marker, h.Dir)
+	}
+	if err := writeFile(marker); err != nil {
+		t.Fatal(err)
+	}
+	keep := h.Path("/var/lib/npu-stack/budget")
+	if err := writeFile(keep); err != nil {
+		t.Fatal(err)
+	}
+	_ = h.Reboot(context.Background(), host.RebootSystemd)
+	if _, err := h.CompleteReboot(); err != nil {
+		t.Fatal(err)
+	}
+	if exists(marker) || !exists(keep) {
+		t.Fatalf("after reboot /run kept=%v (want false), /var/lib kept=%v (want true)", exists(marker), exists(keep))
+	}
+}
+
+func TestNPUSMIReflectsChips(t *testing.T) {
+	ctx := context.Background()
+	h := newHost(t, Spec{Chip: "310p", ChipCount: 4})
+	if _, err := h.NPUSMI(ctx, "info"); err == nil {
+		t.Fatal("npu-smi succeeded with no driver loaded")
+	} else if ee, ok := host.IsExitError(err); !ok || ee.Code == 0 {
+		t.Fatalf("want an exit error, got %v", err)
+	}
+	if err := h.LoadDriver("25.3.0"); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.LoadDriver("25.5.0"); err == nil {
+		t.Fatal("loaded a second driver version without a reboot")
+	}
+	out, err := h.NPUSMI(ctx, "info")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Count(string(out), "310P3"); got != 4 {
+		t.Fatalf("%d chips in output, want 4:\n%s", got, out)
+	}
+	if !strings.Contains(string(out), "Version: 25.3.0") {
+		t.Fatalf("driver version missing:\n%s", out)
+	}
+	if err := h.Wedge(2); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Wedge(4); err == nil {
+		t.Fatal("wedged a chip that does not exist")
+	}
+	out, _ = h.NPUSMI(ctx, "info")
+	if got := strings.Count(string(out), "Critical"); got != 1 {
+		t.Fatalf("%d critical chips, want 1:\n%s", got, out)
+	}
+
+	if err := h.SetSMI(SMIHang, "", 0); err != nil {
+		t.Fatal(err)
+	}
+	hctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	if _, err := h.NPUSMI(hctx, "info"); err == nil {
+		t.Fatal("hung npu-smi returned without error")
+	}
+	if err := h.SetSMI(SMIRaw, "garbage\n", 3); err != nil {
+		t.Fatal(err)
+	}
+	out, err = h.NPUSMI(ctx, "info")
+	if ee, ok := host.IsExitError(err); !ok || ee.Code != 3 || string(out) != "garbage\n" {
+		t.Fatalf("raw mode: %q, %v", out, err)
+	}
+}
+
+func TestStickyWedgeSurvivesReboot(t *testing.T) {
+	h := newHost(t, Spec{Chip: "910b", ChipCount: 2})
+	_ = h.Wedge(1)
+	_ = h.Reboot(context.Background(), host.RebootSystemd)
+	_, _ = h.CompleteReboot()
+	if st, _ := h.State(); len(st.Wedged) != 0 {
+		t.Fatalf("plain wedge survived a reboot: %v", st.Wedged)
+	}
+	_ = h.Update(func(st *State) error { st.StickyWedge = true; return nil })
+	_ = h.Wedge(1)
+	_ = h.Reboot(context.Background(), host.RebootSystemd)
+	_, _ = h.CompleteReboot()
+	if st, _ := h.State(); len(st.Wedged) != 1 {
+		t.Fatalf("sticky wedge lost in a reboot: %v", st.Wedged)
+	}
+}
