@@ -1,0 +1,60 @@
+package chart_test
+
+import (
+	"bufio"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"helm.sh/helm/v3/pkg/chartutil"
+)
+
+// Every file in testdata/invalid must be refused at render time by the
+// schema, with an error naming the field given in its "# want:" line.
+func TestInvalidValuesAreRejectedNamingTheField(t *testing.T) {
+	files, err := filepath.Glob("testdata/invalid/*.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(files) < 15 {
+		t.Fatalf("only %d invalid values files, want at least 15", len(files))
+	}
+	for _, f := range files {
+		t.Run(strings.TrimSuffix(filepath.Base(f), ".yaml"), func(t *testing.T) {
+			want := wantLine(t, f)
+			vals, err := chartutil.ReadValuesFile(f)
+			if err != nil {
+				t.Fatalf("read %s: %v", f, err)
+			}
+			_, err = render(t, vals, renderOpts{})
+			if err == nil {
+				t.Fatalf("%s rendered; want it rejected naming %q", f, want)
+			}
+			msg := err.Error()
+			if !strings.Contains(msg, "values don't meet the specifications of the schema") {
+				t.Fatalf("%s was not rejected by values.schema.json: %v", f, err)
+			}
+			if !strings.Contains(msg, want) {
+				t.Fatalf("error for %s does not name %q:\n%s", f, want, msg)
+			}
+		})
+	}
+}
+
+func wantLine(t *testing.T, path string) string {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = f.Close() }()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if w, ok := strings.CutPrefix(sc.Text(), "# want: "); ok {
+			return strings.TrimSpace(w)
+		}
+	}
+	t.Fatalf("%s has no '# want: <field>' line", path)
+	return ""
+}
