@@ -58,3 +58,32 @@ func wantLine(t *testing.T, path string) string {
 	t.Fatalf("%s has no '# want: <field>' line", path)
 	return ""
 }
+
+// Every key of values.yaml is documented in the chart README with its default.
+func TestReadmeDocumentsEveryValue(t *testing.T) {
+	vals, err := chartutil.ReadValuesFile(filepath.Join("..", "..", "charts", "npu-stack", "values.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	readme, err := os.ReadFile(filepath.Join("..", "..", "charts", "npu-stack", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var walk func(prefix string, v map[string]any)
+	walk = func(prefix string, v map[string]any) {
+		for k, x := range v {
+			key := k
+			if prefix != "" {
+				key = prefix + "." + k
+			}
+			if sub, ok := x.(map[string]any); ok && strings.Contains(string(readme), "`"+key+".") {
+				walk(key, sub)
+				continue
+			}
+			if !strings.Contains(string(readme), "| `"+key+"` |") {
+				t.Errorf("value %s is not documented in charts/npu-stack/README.md", key)
+			}
+		}
+	}
+	walk("", vals)
+}
