@@ -41,23 +41,27 @@ func imageBinary(image string) string {
 	return ""
 }
 
-// argv resolves what a container of one of our images executes, the way a
-// container runtime combines command and args (after $(VAR) expansion).
+// argv resolves what a container runs, the way a container runtime
+// combines command and args (after $(VAR) expansion). A container runs as a
+// process when its command is one of our binaries (whatever the image: the
+// driver pod runs npu-healthwatch from the vendor's driver image) or, with
+// no command, when its image is one of ours. nil means "simulate it".
 func argv(binDir string, c *corev1.Container, env map[string]string) ([]string, error) {
-	bin := imageBinary(c.Image)
-	if bin == "" {
-		return nil, nil
-	}
+	var bin string
 	var args []string
 	if len(c.Command) > 0 {
-		entry := path.Base(expand(c.Command[0], env))
-		if imageBinary(entry) == "" {
-			return nil, fmt.Errorf("container %s: command %q is not one of %v, the process-backed node cannot run it", c.Name, c.Command[0], Binaries)
+		bin = imageBinary(path.Base(expand(c.Command[0], env)))
+		if bin == "" {
+			if imageBinary(c.Image) != "" {
+				return nil, fmt.Errorf("container %s: command %q is not one of %v, the process-backed node cannot run it", c.Name, c.Command[0], Binaries)
+			}
+			return nil, nil
 		}
-		bin = entry
 		for _, a := range c.Command[1:] {
 			args = append(args, expand(a, env))
 		}
+	} else if bin = imageBinary(c.Image); bin == "" {
+		return nil, nil
 	}
 	for _, a := range c.Args {
 		args = append(args, expand(a, env))

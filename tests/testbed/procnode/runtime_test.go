@@ -41,6 +41,14 @@ func TestArgvCombinesCommandAndArgs(t *testing.T) {
 	if _, err := argv("/bin", c, env); err == nil || !strings.Contains(err.Error(), "sh") {
 		t.Fatalf("a shell command in our image must be refused clearly, got %v", err)
 	}
+	c = &corev1.Container{Name: "driver", Image: "swr.example/ascendhub/npu-driver:25.5.0-910b", Command: []string{"/opt/npu-stack/bin/npu-healthwatch", "driver-entry", "--", "/install.sh"}}
+	got, err = argv("/bin", c, env)
+	if want := []string{"/bin/npu-healthwatch", "driver-entry", "--", "/install.sh"}; err != nil || !reflect.DeepEqual(got, want) {
+		t.Fatalf("our binary in a vendor image: argv = %q, %v; want %q", got, err, want)
+	}
+	if got, err := argv("/bin", &corev1.Container{Image: "vendor/plugin", Command: []string{"/bin/device-plugin"}}, env); got != nil || err != nil {
+		t.Fatalf("vendor command in a vendor image: %q, %v; want simulated (nil)", got, err)
+	}
 	if got, err := argv("/bin", &corev1.Container{Image: "pause"}, env); got != nil || err != nil {
 		t.Fatalf("foreign image: %q, %v; want simulated (nil)", got, err)
 	}
