@@ -8,7 +8,7 @@ CP_DIR ?= $(CURDIR)/.cache/controlplane
 export NPU_STACK_CP_DIR := $(CP_DIR)
 # Integration tests start a control plane per test binary; keep them
 # sequential on small machines.
-TEST_FLAGS ?= -p 1 -timeout 30m
+TEST_FLAGS ?= -count=1 -p 1 -timeout 30m
 
 .PHONY: all build test unit lint controlplane cluster cluster-down clean help
 

@@ -19,13 +19,16 @@ import (
 func WaitFor[T runtime.Object](ctx context.Context, lw cache.ListerWatcher, example T, cond func([]T) (bool, error)) error {
 	result := make(chan error, 1)
 	var store cache.Store
-	check := func() {
+	snapshot := func() []T {
 		items := store.List()
 		typed := make([]T, 0, len(items))
 		for _, it := range items {
 			typed = append(typed, it.(T))
 		}
-		ok, err := cond(typed)
+		return typed
+	}
+	check := func() {
+		ok, err := cond(snapshot())
 		if err != nil || ok {
 			select {
 			case result <- err:
@@ -33,7 +36,6 @@ func WaitFor[T runtime.Object](ctx context.Context, lw cache.ListerWatcher, exam
 			}
 		}
 	}
-	var lastErr error
 	handler := cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(any) { check() },
 		UpdateFunc: func(any, any) { check() },
@@ -51,13 +53,7 @@ func WaitFor[T runtime.Object](ctx context.Context, lw cache.ListerWatcher, exam
 	case err := <-result:
 		return err
 	case <-ctx.Done():
-		items := store.List()
-		typed := make([]T, 0, len(items))
-		for _, it := range items {
-			typed = append(typed, it.(T))
-		}
-		_, lastErr = cond(typed)
-		if lastErr != nil {
+		if _, lastErr := cond(snapshot()); lastErr != nil {
 			return fmt.Errorf("%w: %w", ctx.Err(), lastErr)
 		}
 		return fmt.Errorf("condition not met: %w", ctx.Err())
