@@ -30,14 +30,20 @@ func TestMain(m *testing.M) { os.Exit(testbed.Main(m, &env)) }
 
 func namespace(t *testing.T) string {
 	t.Helper()
-	name := strings.ToLower(strings.ReplaceAll(t.Name(), "/", "-"))
+	base := strings.ToLower(strings.ReplaceAll(t.Name(), "/", "-"))
+	if len(base) > 50 {
+		base = base[:50]
+	}
 	ctx := context.Background()
-	if _, err := env.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
+	// A generated name keeps reruns (-count=N) in one cluster apart.
+	ns, err := env.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: base + "-"}}, metav1.CreateOptions{})
+	if err != nil {
 		t.Fatalf("create namespace: %v", err)
 	}
+	name := ns.Name
 	// Pods need the namespace's default service account, which the
 	// controller manager creates asynchronously.
-	err := testbed.WaitFor(ctxTimeout(t, time.Minute), cache.NewListWatchFromClient(env.Client.CoreV1().RESTClient(), "serviceaccounts", name, fields.Everything()),
+	err = testbed.WaitFor(ctxTimeout(t, time.Minute), cache.NewListWatchFromClient(env.Client.CoreV1().RESTClient(), "serviceaccounts", name, fields.Everything()),
 		&corev1.ServiceAccount{}, func(sas []*corev1.ServiceAccount) (bool, error) {
 			for _, sa := range sas {
 				if sa.Name == "default" {

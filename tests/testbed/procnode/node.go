@@ -312,6 +312,9 @@ func (n *Node) work(ctx context.Context) {
 		case err == nil:
 			n.queue.Forget(key)
 		case ctx.Err() != nil || errors.Is(err, context.Canceled):
+		case apierrors.IsConflict(err):
+			// The informer has not seen our last write yet; retry quietly.
+			n.queue.AddRateLimited(key)
 		default:
 			fmt.Fprintf(os.Stderr, "procnode %s: %s: %v\n", n.cfg.Name, key, err)
 			n.queue.AddRateLimited(key)
