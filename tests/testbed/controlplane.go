@@ -220,11 +220,6 @@ func (c *ControlPlane) Stop() error {
 	return errors.Join(errs...)
 }
 
-// LogPath is where a component's output goes, for failure reports.
-func (c *ControlPlane) LogPath(component string) string {
-	return filepath.Join(c.Dir, "logs", component+".log")
-}
-
 func (c *ControlPlane) start(name string, args ...string) error {
 	logDir := filepath.Join(c.Dir, "logs")
 	if err := os.MkdirAll(logDir, 0o755); err != nil {

@@ -33,9 +33,7 @@ const (
 // ctr is one container of a pod as this node runs it.
 type ctr struct {
 	spec      corev1.Container
-	init      bool
-	proc      *process // nil when simulated or not running
-	simulated bool     // running without a process (not our image)
+	proc      *process // nil when simulated (not our binary) or not running
 	running   bool
 	startedAt metav1.Time
 	exit      *corev1.ContainerStateTerminated
@@ -87,7 +85,7 @@ func (r *podRun) afterReboot() {
 		if c.proc != nil || c.running || c.exit != nil {
 			c.restarts++
 		}
-		c.proc, c.running, c.simulated, c.exit, c.waiting = nil, false, false, nil, nil
+		c.proc, c.running, c.exit, c.waiting = nil, false, nil, nil
 		c.notBefore = time.Time{}
 	}
 	r.initDone = 0
@@ -138,7 +136,7 @@ func (n *Node) sync(ctx context.Context, key string) error {
 		}
 		r = &podRun{uid: pod.UID, dir: filepath.Join(n.cfg.Dir, "pods", pod.Namespace+"_"+pod.Name+"_"+string(pod.UID)), started: metav1.Now(), policy: pod.Spec.RestartPolicy}
 		for _, c := range pod.Spec.InitContainers {
-			r.init = append(r.init, &ctr{spec: c, init: true})
+			r.init = append(r.init, &ctr{spec: c})
 		}
 		for _, c := range pod.Spec.Containers {
 			r.main = append(r.main, &ctr{spec: c})
@@ -253,7 +251,8 @@ func (n *Node) startCtr(ctx context.Context, key string, pod *corev1.Pod, r *pod
 	}
 	c.startedAt = metav1.Now()
 	if args == nil {
-		c.running, c.simulated = true, true
+		// Not our binary: simulated as running until stopped.
+		c.running = true
 		return
 	}
 	procEnv := []string{"PATH=" + os.Getenv("PATH"), "HOME=" + r.dir, simhost.EnvVar + "=" + n.host.Dir}
