@@ -244,7 +244,7 @@ func TestHooksWeightsAndDeletePolicies(t *testing.T) {
 }
 
 // ruleAllows reports whether a ClusterRole/Role grants verb on resource.
-func ruleAllows(t *testing.T, o *unstructured.Unstructured, group, resource, verb string) bool {
+func ruleAllows(o *unstructured.Unstructured, group, resource, verb string) bool {
 	rules, _ := o.Object["rules"].([]any)
 	for _, r := range rules {
 		m := r.(map[string]any)
@@ -269,14 +269,14 @@ func TestRBACIsLeastPrivilege(t *testing.T) {
 			for _, role := range roles {
 				comp := role.GetLabels()["app.kubernetes.io/component"]
 				for _, verb := range []string{"get", "list", "watch"} {
-					if ruleAllows(t, role, "", "secrets", verb) {
+					if ruleAllows(role, "", "secrets", verb) {
 						t.Errorf("%s %s can %s Secrets", role.GetKind(), role.GetName(), verb)
 					}
 				}
-				if ruleAllows(t, role, "", "pods/eviction", "create") {
+				if ruleAllows(role, "", "pods/eviction", "create") {
 					evict[comp] = true
 				}
-				if ruleAllows(t, role, "", "nodes", "patch") || ruleAllows(t, role, "", "nodes", "update") {
+				if ruleAllows(role, "", "nodes", "patch") || ruleAllows(role, "", "nodes", "update") {
 					patchNodes[comp] = true
 				}
 			}
