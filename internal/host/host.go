@@ -45,6 +45,12 @@ type Host interface {
 	// NPUSMI runs the vendor tool `npu-smi` with args and returns its
 	// standard output. A non-zero exit is an *ExitError carrying the output.
 	NPUSMI(ctx context.Context, args ...string) ([]byte, error)
+	// LoadedDriver is the NPU driver version in the running kernel, ""
+	// when no driver is loaded.
+	LoadedDriver(ctx context.Context) (string, error)
+	// InstallDriver runs the vendor install command argv to install and
+	// load driver version on a host that has no driver loaded.
+	InstallDriver(ctx context.Context, version string, argv []string) error
 	// Path maps an absolute path on the host (such as /run/npu-stack) to
 	// where this process reaches it.
 	Path(hostPath string) string

@@ -21,6 +21,9 @@ type Linux struct {
 	Root string
 	// NPUSMIPath is the npu-smi binary, resolved under Root.
 	NPUSMIPath string
+	// DriverVersionFile is the version the loaded kernel module reports,
+	// resolved under Root; absent when no driver is loaded.
+	DriverVersionFile string
 }
 
 // NewLinux returns the Host of the machine this process runs on, with the
@@ -29,7 +32,7 @@ func NewLinux(root string) *Linux {
 	if root == "" {
 		root = "/"
 	}
-	return &Linux{Root: root, NPUSMIPath: "/usr/local/bin/npu-smi"}
+	return &Linux{Root: root, NPUSMIPath: "/usr/local/bin/npu-smi", DriverVersionFile: "/sys/module/drv_davinci_host/version"}
 }
 
 func (l *Linux) Path(hostPath string) string { return filepath.Join(l.Root, hostPath) }
@@ -109,6 +112,38 @@ func (l *Linux) run(ctx context.Context, name string, args ...string) error {
 	}
 	if err != nil {
 		return fmt.Errorf("run %s: %w", name, err)
+	}
+	return nil
+}
+
+func (l *Linux) LoadedDriver(_ context.Context) (string, error) {
+	b, err := os.ReadFile(l.Path(l.DriverVersionFile))
+	if errors.Is(err, os.ErrNotExist) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("read loaded driver version: %w", err)
+	}
+	return strings.TrimSpace(string(b)), nil
+}
+
+// InstallDriver runs the vendor's install command with the version in
+// NPU_DRIVER_VERSION; its output goes to this process's output, which is
+// the driver pod's log.
+func (l *Linux) InstallDriver(ctx context.Context, version string, argv []string) error {
+	if len(argv) == 0 {
+		return fmt.Errorf("install driver %s: no install command given", version)
+	}
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	cmd.Env = append(os.Environ(), "NPU_DRIVER_VERSION="+version)
+	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+	err := cmd.Run()
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return &ExitError{Command: strings.Join(argv, " "), Code: ee.ExitCode()}
+	}
+	if err != nil {
+		return fmt.Errorf("install driver %s: %w", version, err)
 	}
 	return nil
 }

@@ -56,6 +56,9 @@ type State struct {
 	// RebootRequest is the method of a reboot asked for and not yet
 	// carried out by the harness.
 	RebootRequest host.RebootMethod `json:"rebootRequest,omitempty"`
+	// Installs counts driver installs, across boots.
+	Installs           int      `json:"installs,omitempty"`
+	LastInstallCommand []string `json:"lastInstallCommand,omitempty"`
 }
 
 // Spec describes a machine to create.
@@ -212,6 +215,27 @@ func (h *Host) LoadDriver(version string) error {
 			return fmt.Errorf("simulated host %s: driver %s already loaded, cannot load %s without a reboot", h.Dir, st.LoadedDriver, version)
 		}
 		st.LoadedDriver = version
+		return nil
+	})
+}
+
+func (h *Host) LoadedDriver(_ context.Context) (string, error) {
+	st, err := h.State()
+	return st.LoadedDriver, err
+}
+
+// InstallDriver loads version as the vendor installer would; argv is
+// recorded but nothing is executed.
+func (h *Host) InstallDriver(_ context.Context, version string, argv []string) error {
+	if version == "" {
+		return fmt.Errorf("simulated host %s: install of an empty driver version", h.Dir)
+	}
+	if err := h.LoadDriver(version); err != nil {
+		return err
+	}
+	return h.Update(func(st *State) error {
+		st.Installs++
+		st.LastInstallCommand = argv
 		return nil
 	})
 }

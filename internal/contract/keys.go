@@ -1,0 +1,101 @@
+package contract
+
+import (
+	"fmt"
+
+	"k8s.io/apimachinery/pkg/util/validation"
+)
+
+// DefaultDomain is the chart's default labelDomain.
+const DefaultDomain = "npu.openfuyao.com"
+
+// Keys spells the label and annotation names of the node contract under
+// one domain (the chart's labelDomain), so that two installations with
+// different domains never read each other's state.
+type Keys struct{ Domain string }
+
+// NewKeys validates domain (a DNS subdomain, as a label prefix must be).
+func NewKeys(domain string) (Keys, error) {
+	if errs := validation.IsDNS1123Subdomain(domain); len(errs) > 0 {
+		return Keys{}, fmt.Errorf("label domain %q is not a DNS subdomain: %v; set labelDomain to something like %s", domain, errs, DefaultDomain)
+	}
+	return Keys{Domain: domain}, nil
+}
+
+func (k Keys) key(name string) string { return k.Domain + "/" + name }
+
+// Labels.
+
+// UpgradeState is the rollout state of a node; absent means up to date.
+func (k Keys) UpgradeState() string { return k.key("driver-upgrade-state") }
+
+// UpgradeSkip=true (set by the admin) keeps the rollout off a node.
+func (k Keys) UpgradeSkip() string { return k.key("driver-upgrade.skip") }
+
+// RebootRequired=true asks the node's rebooter for a reboot.
+func (k Keys) RebootRequired() string { return k.key("reboot-required") }
+
+// DriverVersion is the driver version loaded in the running kernel,
+// written by the driver pod.
+func (k Keys) DriverVersion() string { return k.key("driver-version") }
+
+// DriverReady is true/false, written by the health-watch.
+func (k Keys) DriverReady() string { return k.key("driver-ready") }
+
+// Annotations.
+
+// RebootReason is "upgrade" or "recovery" (see RebootReason).
+func (k Keys) RebootReason() string { return k.key("reboot-reason") }
+
+// ApproveReboot=true (set by the admin) authorises exactly one reboot.
+func (k Keys) ApproveReboot() string { return k.key("approve-reboot") }
+
+// Rollout bookkeeping (written by npu-hooks rollout).
+
+// UpgradeBootID is the node's boot ID when the rollout asked for the reboot.
+func (k Keys) UpgradeBootID() string { return k.key("driver-upgrade.boot-id") }
+
+// UpgradeWasCordoned is "true" when the node was cordoned before the
+// rollout cordoned it, so the rollout must not uncordon it.
+func (k Keys) UpgradeWasCordoned() string { return k.key("driver-upgrade.was-cordoned") }
+
+// UpgradeSince is when the node entered its current state (RFC 3339).
+func (k Keys) UpgradeSince() string { return k.key("driver-upgrade.since") }
+
+// UpgradeTarget is the driver version the node is being moved to.
+func (k Keys) UpgradeTarget() string { return k.key("driver-upgrade.target-version") }
+
+// UpgradeFailureReason and UpgradeFailureStep explain upgrade-failed.
+func (k Keys) UpgradeFailureReason() string { return k.key("driver-upgrade.failure-reason") }
+func (k Keys) UpgradeFailureStep() string   { return k.key("driver-upgrade.failure-step") }
+
+// UpgradeRerolled lists the UIDs of the pods the rollout deleted to re-roll
+// them on this node, so a restarted rollout neither deletes twice nor
+// mistakes an old pod for the new one.
+func (k Keys) UpgradeRerolled() string { return k.key("driver-upgrade.rerolled-pods") }
+
+// Rebooter bookkeeping (written by npu-rebooter).
+
+// RebootFromBootID is the boot ID recorded right before the rebooter
+// issued a reboot; a different boot ID afterwards means the reboot happened.
+func (k Keys) RebootFromBootID() string { return k.key("driver-upgrade.reboot-from-boot-id") }
+
+// RebootStartedAt is when the rebooter issued the reboot (RFC 3339); the
+// rollout's reboot timeout counts from here, not from the wait for approval.
+func (k Keys) RebootStartedAt() string { return k.key("driver-upgrade.reboot-started-at") }
+
+// RebootHistory holds the node's recent reboot times (comma-separated
+// RFC 3339), the persisted reboot budget. An admin removes it to reset the
+// loop guard.
+func (k Keys) RebootHistory() string { return k.key("driver-upgrade.reboot-history") }
+
+// RecoveryWasCordoned is "true" when the node was already cordoned before
+// a recovery reboot cordoned it.
+func (k Keys) RecoveryWasCordoned() string { return k.key("driver-upgrade.recovery-was-cordoned") }
+
+// RecoveryCordoned is "true" while a recovery holds the node cordoned.
+func (k Keys) RecoveryCordoned() string { return k.key("driver-upgrade.recovery-cordoned") }
+
+// DriverSpecVersion is the annotation the chart puts on the driver
+// DaemonSet and its pod template: the desired driver version.
+func (k Keys) DriverSpecVersion() string { return k.key("driver-version") }

@@ -1,0 +1,92 @@
+package contract
+
+// UpgradeState is a value of the driver-upgrade-state label (DESIGN.md §4);
+// names follow NVIDIA's upgrade controller where one exists.
+type UpgradeState string
+
+const (
+	// StateDone is the absence of the label: the node is up to date.
+	StateDone                UpgradeState = ""
+	StateUpgradeRequired     UpgradeState = "upgrade-required"
+	StateCordonRequired      UpgradeState = "cordon-required"
+	StateWaitForJobsRequired UpgradeState = "wait-for-jobs-required"
+	StatePodDeletionRequired UpgradeState = "pod-deletion-required"
+	StateDrainRequired       UpgradeState = "drain-required"
+	StateRebootRequired      UpgradeState = "reboot-required"
+	StateValidationRequired  UpgradeState = "validation-required"
+	StateUncordonRequired    UpgradeState = "uncordon-required"
+	StateFailed              UpgradeState = "upgrade-failed"
+)
+
+// States lists every labelled state in rollout order (failed last).
+var States = []UpgradeState{
+	StateUpgradeRequired, StateCordonRequired, StateWaitForJobsRequired,
+	StatePodDeletionRequired, StateDrainRequired, StateRebootRequired,
+	StateValidationRequired, StateUncordonRequired, StateFailed,
+}
+
+// ParseUpgradeState reads a label value; ok is false for an unknown value.
+func ParseUpgradeState(s string) (UpgradeState, bool) {
+	if s == "" {
+		return StateDone, true
+	}
+	for _, st := range States {
+		if string(st) == s {
+			return st, true
+		}
+	}
+	return "", false
+}
+
+// InProgress is true for the states between start and done, in which the
+// node counts against maxParallelUpgrades.
+func (s UpgradeState) InProgress() bool {
+	switch s {
+	case StateDone, StateUpgradeRequired, StateFailed:
+		return false
+	}
+	return true
+}
+
+// RebootReason is the value of the reboot-reason annotation and appears
+// as reason=<value> in the RebootRequired event.
+type RebootReason string
+
+const (
+	ReasonUpgrade  RebootReason = "upgrade"
+	ReasonRecovery RebootReason = "recovery"
+)
+
+// EventReason is the reason of an Event on a Node.
+type EventReason string
+
+const (
+	EventRebootRequired   EventReason = "RebootRequired"
+	EventRebootCompleted  EventReason = "RebootCompleted"
+	EventRebootRefused    EventReason = "RebootRefused"
+	EventRebootFailed     EventReason = "RebootFailed"
+	EventRecoveryPaused   EventReason = "RecoveryPaused"
+	EventNPUDriverUpgrade EventReason = "NPUDriverUpgrade"
+	EventUpgradeFailed    EventReason = "UpgradeFailed"
+	EventChipWedged       EventReason = "ChipWedged"
+	EventChipRecovered    EventReason = "ChipRecovered"
+)
+
+// Values of boolean labels and annotations.
+const (
+	True  = "true"
+	False = "false"
+)
+
+// MarkerFile is the name of the driver-ready marker in the marker
+// directory (driver.markerDir, /run/npu-stack by default). It holds the
+// loaded driver version; /run is emptied by every reboot.
+const MarkerFile = "driver-ready"
+
+// RerollTargetApps are the app.kubernetes.io/component values of the
+// chart's DaemonSets re-rolled after a driver change.
+const (
+	ComponentDevicePlugin = "device-plugin"
+	ComponentExporter     = "exporter"
+	ComponentDriver       = "driver"
+)
