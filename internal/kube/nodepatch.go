@@ -1,0 +1,97 @@
+package kube
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+)
+
+var metaGetOptions = metav1.GetOptions{}
+
+// NodeChange is a set of label and annotation edits plus an optional
+// cordon change, applied as one JSON merge patch. A nil value deletes the
+// key. Merge patches of single keys never conflict with other writers of
+// other keys, so agents need no read-modify-write retries.
+type NodeChange struct {
+	Labels        map[string]*string
+	Annotations   map[string]*string
+	Unschedulable *bool
+}
+
+// Set returns a pointer to s, for NodeChange values.
+func Set(s string) *string { return &s }
+
+// Empty reports whether the change does nothing.
+func (c NodeChange) Empty() bool {
+	return len(c.Labels) == 0 && len(c.Annotations) == 0 && c.Unschedulable == nil
+}
+
+// Patch builds the merge patch body.
+func (c NodeChange) Patch() ([]byte, error) {
+	meta := map[string]any{}
+	if len(c.Labels) > 0 {
+		meta["labels"] = c.Labels
+	}
+	if len(c.Annotations) > 0 {
+		meta["annotations"] = c.Annotations
+	}
+	body := map[string]any{}
+	if len(meta) > 0 {
+		body["metadata"] = meta
+	}
+	if c.Unschedulable != nil {
+		body["spec"] = map[string]any{"unschedulable": *c.Unschedulable}
+	}
+	b, err := json.Marshal(body)
+	if err != nil {
+		return nil, fmt.Errorf("encode node patch: %w", err)
+	}
+	return b, nil
+}
+
+// PatchNode applies change to the node named name.
+func PatchNode(ctx context.Context, client kubernetes.Interface, name string, change NodeChange) (*corev1.Node, error) {
+	body, err := change.Patch()
+	if err != nil {
+		return nil, err
+	}
+	n, err := client.CoreV1().Nodes().Patch(ctx, name, types.MergePatchType, body, metav1.PatchOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("patch node %s: %w", name, err)
+	}
+	return n, nil
+}
+
+// PatchNodeIf applies change only if the node still has resourceVersion
+// rv, so that a decision taken on a stale view is refused by the API
+// server (a Conflict) instead of overwriting a newer state.
+func PatchNodeIf(ctx context.Context, client kubernetes.Interface, name, rv string, change NodeChange) (*corev1.Node, error) {
+	body, err := change.Patch()
+	if err != nil {
+		return nil, err
+	}
+	var withRV map[string]any
+	if err := json.Unmarshal(body, &withRV); err != nil {
+		return nil, fmt.Errorf("encode node patch: %w", err)
+	}
+	meta, _ := withRV["metadata"].(map[string]any)
+	if meta == nil {
+		meta = map[string]any{}
+	}
+	meta["resourceVersion"] = rv
+	withRV["metadata"] = meta
+	body, err = json.Marshal(withRV)
+	if err != nil {
+		return nil, fmt.Errorf("encode node patch: %w", err)
+	}
+	n, err := client.CoreV1().Nodes().Patch(ctx, name, types.MergePatchType, body, metav1.PatchOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("patch node %s: %w", name, err)
+	}
+	return n, nil
+}
