@@ -10,7 +10,7 @@ export NPU_STACK_CP_DIR := $(CP_DIR)
 # sequential on small machines.
 TEST_FLAGS ?= -count=1 -p 1 -timeout 30m
 
-.PHONY: all build test unit lint controlplane cluster cluster-down clean help
+.PHONY: all build test unit fuzz lint controlplane cluster cluster-down clean help
 
 all: build
 
@@ -28,6 +28,10 @@ test: controlplane ## run every test (unit and integration on the local control 
 
 unit: ## run the tests that need no control plane
 	$(GO) test -short ./internal/... ./cmd/...
+
+FUZZTIME ?= 20s
+fuzz: ## short fuzz run of the npu-smi parser (FUZZTIME, default 20s)
+	$(GO) test -run=NONE -fuzz=FuzzParse -fuzztime=$(FUZZTIME) ./internal/npusmi/
 
 lint: ## gofmt, go vet and golangci-lint
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
