@@ -1,18 +1,28 @@
-// Command npu-hooks: Driver rollout hooks: preflight, rollout, plan and status.
+// Command npu-hooks runs the driver rollout: preflight (pre-install and
+// pre-upgrade hook), rollout (post-install/upgrade/rollback hook, job mode
+// and resume CronJob), and plan and status for people.
 package main
 
 import (
+	"context"
 	"fmt"
 	"os"
+	"os/signal"
+	"syscall"
 
 	"github.com/openfuyao/npu-stack/internal/cli"
+	"github.com/openfuyao/npu-stack/internal/hookcli"
 )
 
 func main() {
 	var opts cli.GlobalOptions
 	root := cli.NewRoot("npu-hooks", "Driver rollout hooks: preflight, rollout, plan and status", &opts)
-	if err := root.Execute(); err != nil {
+	root.AddCommand(hookcli.NewPreflight(&opts), hookcli.NewRollout(&opts), hookcli.NewPlan(&opts), hookcli.NewStatus(&opts))
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	err := root.ExecuteContext(ctx)
+	stop()
+	if err != nil {
 		fmt.Fprintf(os.Stderr, "npu-hooks: %v\n", err)
-		os.Exit(1)
+		os.Exit(cli.ExitCode(err))
 	}
 }

@@ -1,0 +1,152 @@
+package hookcli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/sirupsen/logrus"
+	"github.com/spf13/cobra"
+
+	"github.com/openfuyao/npu-stack/internal/cli"
+	"github.com/openfuyao/npu-stack/internal/kube"
+	"github.com/openfuyao/npu-stack/internal/rollout"
+)
+
+type rolloutFlags struct {
+	cluster       clusterFlags
+	policy        policyFlags
+	resume        bool
+	leaseName     string
+	leaseIdentity string
+	leaseDuration time.Duration
+	waitForLease  bool
+}
+
+// NewRollout is `npu-hooks rollout`.
+func NewRollout(g *cli.GlobalOptions) *cobra.Command {
+	var f rolloutFlags
+	cmd := &cobra.Command{
+		Use:   "rollout",
+		Short: "Move every out-of-date NPU node to its desired driver, within the upgrade policy",
+		Long: `Drives each NPU node whose loaded driver differs from its profile's desired
+version through the upgrade states (DESIGN.md §4), event-driven, holding a
+Lease so only one rollout writes at a time. All progress is kept on the
+Nodes: killed at any moment, the next run continues where it stopped.
+
+Exit codes: 0 every node is up to date (or the rollout is paused);
+2 the deadline passed, the failure budget is spent or nodes failed (a
+summary names them and the fix); 1 any other error (safe to retry).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log, err := g.Logger(cmd.ErrOrStderr())
+			if err != nil {
+				return cli.Terminal(err)
+			}
+			return runRollout(cmd.Context(), &f, log, cmd.OutOrStdout())
+		},
+	}
+	fs := cmd.Flags()
+	f.cluster.add(fs)
+	f.policy.add(fs)
+	host, _ := os.Hostname()
+	fs.BoolVar(&f.resume, "resume", false, "resume mode (CronJob): exit 0 at once if another rollout holds the lease")
+	fs.StringVar(&f.leaseName, "lease-name", "npu-stack-rollout", "name of the Lease in --namespace that makes the rollout single-writer")
+	fs.StringVar(&f.leaseIdentity, "lease-identity", host, "holder identity; keep it stable across restarts of the same process (default: host name = pod name)")
+	fs.DurationVar(&f.leaseDuration, "lease-duration", 15*time.Second, "lease duration; a dead holder blocks others this long")
+	fs.BoolVar(&f.waitForLease, "wait-for-lease", true, "wait while another rollout holds the lease (false: exit 2 with its holder)")
+	return cmd
+}
+
+func runRollout(ctx context.Context, f *rolloutFlags, log *logrus.Logger, out io.Writer) error {
+	cl, err := f.cluster.parse()
+	if err != nil {
+		return cli.Terminal(err)
+	}
+	pol, targets, err := f.policy.parse()
+	if err != nil {
+		return cli.Terminal(err)
+	}
+	client, _, err := f.cluster.client.Client()
+	if err != nil {
+		return err
+	}
+	if f.policy.deadline > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, f.policy.deadline)
+		defer cancel()
+	}
+	rec := kube.NewRecorder(client, "npu-hooks-rollout")
+	defer rec.Shutdown()
+	lc := rollout.LeaseConfig{
+		Client: client, Namespace: f.cluster.namespace, Name: f.leaseName, Identity: f.leaseIdentity,
+		Duration: f.leaseDuration, Wait: f.waitForLease && !f.resume, Log: log,
+	}
+	var final rollout.Decision
+	var snap rollout.Snapshot
+	err = rollout.WithLease(ctx, lc, func(ctx context.Context) error {
+		log.WithField("lease", f.cluster.namespace+"/"+f.leaseName).Info("holding the rollout lease")
+		c := rollout.NewController(rollout.Config{
+			Client: client, Recorder: rec, Log: log, Keys: cl.keys, Namespace: f.cluster.namespace,
+			NodeSelector: cl.nodeSelector, DriverSelector: cl.driverSelector, Targets: targets, Policy: pol,
+		})
+		if err := c.Start(ctx); err != nil {
+			return err
+		}
+		var rerr error
+		final, rerr = c.Run(ctx)
+		snap, _ = c.Snapshot()
+		return rerr
+	})
+	switch {
+	case errors.Is(err, rollout.ErrLeaseHeld) && f.resume:
+		log.WithError(err).Info("another rollout is running; nothing to resume")
+		return nil
+	case errors.Is(err, rollout.ErrLeaseHeld):
+		return cli.Terminal(err)
+	case errors.Is(err, context.DeadlineExceeded):
+		return cli.Terminalf("deadline %s passed before the rollout finished (progress is kept on the nodes; the next run resumes): %s", f.policy.deadline, summary(snap, final))
+	case err != nil:
+		return err
+	}
+	switch final.Outcome {
+	case rollout.Finished:
+		_, _ = fmt.Fprintf(out, "rollout finished: %s\n", final.Progress)
+		return nil
+	case rollout.Paused:
+		_, _ = fmt.Fprintf(out, "rollout paused (driver.upgradePolicy.paused): %s\n", final.Progress)
+		return nil
+	}
+	return cli.Terminalf("rollout cannot finish: %s", summary(snap, final))
+}
+
+// summary names the nodes that are not done and why.
+func summary(s rollout.Snapshot, d rollout.Decision) string {
+	var lines []string
+	for _, n := range s.Nodes {
+		if w := d.Waiting[n.Name]; w != "" {
+			lines = append(lines, fmt.Sprintf("%s (%s): %s", n.Name, stateOrDone(n), w))
+		}
+	}
+	sort.Strings(lines)
+	msg := d.Progress.String()
+	if len(lines) > 0 {
+		msg += "; " + strings.Join(lines, "; ")
+	}
+	if len(s.Missing) > 0 {
+		msg += "; re-roll targets not found: " + strings.Join(s.Missing, ", ")
+	}
+	return msg
+}
+
+func stateOrDone(n rollout.NodeView) string {
+	if n.RawState == "" {
+		return "no state"
+	}
+	return n.RawState
+}

@@ -1,0 +1,137 @@
+package hookcli
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strconv"
+	"text/tabwriter"
+	"time"
+
+	"github.com/sirupsen/logrus"
+	"github.com/spf13/cobra"
+
+	"github.com/openfuyao/npu-stack/internal/cli"
+	"github.com/openfuyao/npu-stack/internal/rollout"
+)
+
+type outputFormat string
+
+const (
+	outputTable outputFormat = "table"
+	outputJSON  outputFormat = "json"
+)
+
+func parseOutput(s string) (outputFormat, error) {
+	switch f := outputFormat(s); f {
+	case outputTable, outputJSON, "wide":
+		if f == "wide" {
+			return outputTable, nil
+		}
+		return f, nil
+	}
+	return "", fmt.Errorf("-o %q: use table or json", s)
+}
+
+// readOnly builds a controller that never acts, for status and plan.
+func readOnly(ctx context.Context, f *clusterFlags, pf *policyFlags, log logrus.FieldLogger) (*rollout.Controller, rollout.Policy, error) {
+	cl, err := f.parse()
+	if err != nil {
+		return nil, rollout.Policy{}, cli.Terminal(err)
+	}
+	pol, targets, err := pf.parse()
+	if err != nil {
+		return nil, rollout.Policy{}, cli.Terminal(err)
+	}
+	client, _, err := f.client.Client()
+	if err != nil {
+		return nil, pol, err
+	}
+	c := rollout.NewController(rollout.Config{
+		Client: client, Log: log, Keys: cl.keys, Namespace: f.namespace,
+		NodeSelector: cl.nodeSelector, DriverSelector: cl.driverSelector, Targets: targets, Policy: pol,
+	})
+	return c, pol, c.Start(ctx)
+}
+
+// NewStatus is `npu-hooks status`.
+func NewStatus(g *cli.GlobalOptions) *cobra.Command {
+	var cf clusterFlags
+	var pf policyFlags
+	var output string
+	var watch bool
+	cmd := &cobra.Command{
+		Use:   "status",
+		Short: "Show every NPU node's upgrade state, loaded and desired driver, reboot and readiness",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			format, err := parseOutput(output)
+			if err != nil {
+				return cli.Terminal(err)
+			}
+			log, err := g.Logger(cmd.ErrOrStderr())
+			if err != nil {
+				return cli.Terminal(err)
+			}
+			ctx := cmd.Context()
+			c, _, err := readOnly(ctx, &cf, &pf, log)
+			if err != nil {
+				return err
+			}
+			for {
+				s, d, err := c.Decide()
+				if err != nil {
+					return err
+				}
+				if err := printStatus(cmd.OutOrStdout(), rollout.BuildStatus(s, d, time.Now()), format); err != nil {
+					return err
+				}
+				if !watch || !c.WaitForChange(ctx) {
+					return nil
+				}
+			}
+		},
+	}
+	cf.add(cmd.Flags())
+	pf.add(cmd.Flags())
+	cmd.Flags().StringVarP(&output, "output", "o", "table", "output format: table or json")
+	cmd.Flags().BoolVarP(&watch, "watch", "w", false, "print again on every change (Ctrl-C to stop)")
+	return cmd
+}
+
+func printStatus(w io.Writer, st rollout.Status, format outputFormat) error {
+	if format == outputJSON {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(st); err != nil {
+			return fmt.Errorf("write status: %w", err)
+		}
+		return nil
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	_, _ = fmt.Fprintln(tw, "NODE\tSTATE\tLOADED\tDESIRED\tREBOOT\tAPPROVED\tREADY\tSINCE\tNOTE")
+	for _, r := range st.Nodes {
+		reboot := "-"
+		if r.RebootRequired {
+			reboot = "required(" + r.RebootReason + ")"
+		}
+		ready := strconv.FormatBool(r.Ready)
+		if r.Cordoned {
+			ready += ",cordoned"
+		}
+		_, _ = fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%t\t%s\t%s\t%s\n", r.Node, r.State, dash(r.Loaded), dash(r.Desired), reboot, r.Approved, ready, dash(r.Since), r.Note)
+	}
+	if err := tw.Flush(); err != nil {
+		return fmt.Errorf("write status: %w", err)
+	}
+	_, err := fmt.Fprintf(w, "progress: %s (%s)\n", st.Summary, st.Outcome)
+	return err
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}

@@ -1,0 +1,180 @@
+// Package preflight refuses, before Helm changes anything, an install or
+// upgrade that would get stuck: NPU nodes no driver profile covers, driver
+// images that do not exist, an unavailability budget already spent, and
+// NPU pods the rollout would not be allowed to evict.
+package preflight
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/openfuyao/npu-stack/internal/contract"
+	"github.com/openfuyao/npu-stack/internal/rollout"
+)
+
+// Profile is one entry of driver.profiles as the chart passes it.
+type Profile struct {
+	Name         string            `json:"name"`
+	Chip         string            `json:"chip"`
+	Kernel       string            `json:"kernel"`
+	OS           string            `json:"os"`
+	NodeSelector map[string]string `json:"nodeSelector"`
+	Image        string            `json:"image"`
+}
+
+// ParseProfile reads a --profile value (JSON).
+func ParseProfile(s string) (Profile, error) {
+	var p Profile
+	dec := json.NewDecoder(strings.NewReader(s))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&p); err != nil {
+		return p, fmt.Errorf("profile %s: not a profile object: %w", s, err)
+	}
+	if p.Name == "" || p.Chip == "" || p.Kernel == "" || p.OS == "" {
+		return p, fmt.Errorf("profile %s: name, chip, kernel and os are required", s)
+	}
+	return p, nil
+}
+
+// ProfileLabels are the node label keys a profile's chip, kernel and os
+// are matched against (driver.profileLabels).
+type ProfileLabels struct{ Chip, Kernel, OS string }
+
+// Selector is the node selector of p's driver DaemonSet.
+func (p Profile) Selector(l ProfileLabels) labels.Selector {
+	set := labels.Set{l.Chip: p.Chip, l.Kernel: p.Kernel, l.OS: p.OS}
+	for k, v := range p.NodeSelector {
+		set[k] = v
+	}
+	return labels.SelectorFromSet(set)
+}
+
+// Input is what the checks look at.
+type Input struct {
+	Keys          contract.Keys
+	DriverEnabled bool
+	DriverVersion string
+	Profiles      []Profile
+	ProfileLabels ProfileLabels
+	// Nodes are the NPU nodes.
+	Nodes          []*corev1.Node
+	MaxUnavailable intstr.IntOrString
+	// Evictable reports why the pods on a node could not be evicted by
+	// the rollout's pod-deletion (and drain) step; nil = they can.
+	Evictable func(ctx context.Context, node string) error
+	// Images checks that an image exists; nil skips the check.
+	Images ImageChecker
+}
+
+// Problem is one reason to refuse.
+type Problem struct {
+	Object string // node/..., profile/...
+	Msg    string
+}
+
+func (p Problem) String() string { return p.Object + ": " + p.Msg }
+
+// Result lists every problem found, not just the first, so one run tells
+// the admin everything to fix.
+type Result struct {
+	Problems []Problem
+	// ToUpgrade are the nodes whose loaded driver differs from the new one.
+	ToUpgrade []string
+}
+
+// Run performs every check.
+func Run(ctx context.Context, in Input) (Result, error) {
+	var r Result
+	if !in.DriverEnabled {
+		return r, nil // passthrough driver: nothing to install or roll
+	}
+	covering := map[string][]string{} // node → profiles
+	used := map[string]bool{}
+	for _, n := range in.Nodes {
+		for _, p := range in.Profiles {
+			if p.Selector(in.ProfileLabels).Matches(labels.Set(n.Labels)) {
+				covering[n.Name] = append(covering[n.Name], p.Name)
+				used[p.Name] = true
+			}
+		}
+		switch c := covering[n.Name]; len(c) {
+		case 0:
+			r.Problems = append(r.Problems, Problem{"node/" + n.Name, fmt.Sprintf(
+				"no driver profile covers it (%s=%q, %s=%q, %s=%q); add a matching entry to driver.profiles, fix the node's labels, or remove it from npuNodeSelector",
+				in.ProfileLabels.Chip, n.Labels[in.ProfileLabels.Chip], in.ProfileLabels.Kernel, n.Labels[in.ProfileLabels.Kernel], in.ProfileLabels.OS, n.Labels[in.ProfileLabels.OS])})
+		case 1:
+		default:
+			r.Problems = append(r.Problems, Problem{"node/" + n.Name, fmt.Sprintf(
+				"covered by several driver profiles (%s); give the profiles nodeSelectors that do not overlap", strings.Join(c, ", "))})
+		}
+	}
+	if in.Images != nil {
+		for _, p := range in.Profiles {
+			if !used[p.Name] {
+				continue // no node uses it: its image is never pulled
+			}
+			if err := in.Images.Check(ctx, p.Image); err != nil {
+				r.Problems = append(r.Problems, Problem{"profile/" + p.Name, fmt.Sprintf(
+					"driver image %s is not available: %v; push it, fix driver.image or driver.tagTemplate, add imagePullSecrets, or set hooks.preflight.skipImageCheck for an air-gapped registry", p.Image, err)})
+			}
+		}
+	}
+	r.Problems = append(r.Problems, budgetAndWorkloads(ctx, in, &r)...)
+	sort.SliceStable(r.Problems, func(i, j int) bool { return r.Problems[i].Object < r.Problems[j].Object })
+	return r, nil
+}
+
+func budgetAndWorkloads(ctx context.Context, in Input, r *Result) []Problem {
+	var probs []Problem
+	var unavailable []string
+	startable := 0
+	for _, n := range in.Nodes {
+		loaded := n.Labels[in.Keys.DriverVersion()]
+		down := n.Spec.Unschedulable || !ready(n)
+		if down {
+			unavailable = append(unavailable, n.Name)
+		}
+		if loaded == "" || loaded == in.DriverVersion || n.Labels[in.Keys.UpgradeSkip()] == contract.True {
+			continue
+		}
+		r.ToUpgrade = append(r.ToUpgrade, n.Name)
+		if !down {
+			startable++
+		}
+		if in.Evictable != nil {
+			if err := in.Evictable(ctx, n.Name); err != nil {
+				probs = append(probs, Problem{"node/" + n.Name, fmt.Sprintf("NPU workloads cannot be stopped for the upgrade: %v", err)})
+			}
+		}
+	}
+	if startable == 0 {
+		return probs
+	}
+	budget, err := rollout.ResolveMaxUnavailable(in.MaxUnavailable, len(in.Nodes))
+	if err != nil {
+		return append(probs, Problem{"policy/maxUnavailable", err.Error()})
+	}
+	if len(unavailable) >= budget {
+		sort.Strings(unavailable)
+		probs = append(probs, Problem{"policy/maxUnavailable", fmt.Sprintf(
+			"budget already spent: maxUnavailable %s allows %d of %d NPU nodes, and %d are cordoned or NotReady (%s); uncordon or repair them, or raise driver.upgradePolicy.maxUnavailable",
+			in.MaxUnavailable.String(), budget, len(in.Nodes), len(unavailable), strings.Join(unavailable, ", "))})
+	}
+	return probs
+}
+
+func ready(n *corev1.Node) bool {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}

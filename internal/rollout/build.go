@@ -1,0 +1,229 @@
+package rollout
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+
+	"github.com/openfuyao/npu-stack/internal/contract"
+)
+
+// NPUResourcePrefix marks the extended resources of Ascend NPUs
+// (huawei.com/Ascend910, huawei.com/Ascend310P, ...): a pod requesting one
+// uses the chips and must be gone before the reboot.
+const NPUResourcePrefix = "huawei.com/"
+
+// Inputs are the cluster objects a snapshot is built from.
+type Inputs struct {
+	// Nodes are the NPU nodes (selected by npuNodeSelector).
+	Nodes []*corev1.Node
+	Pods  []*corev1.Pod
+	// Drivers are the driver DaemonSets, one per profile.
+	Drivers []*appsv1.DaemonSet
+	Targets []ResolvedTarget
+	Missing []string
+	Busy    map[string]bool
+}
+
+// View are the parts of the policy that shape the snapshot.
+type View struct {
+	Keys         contract.Keys
+	Canary       labels.Selector
+	WaitSelector labels.Selector
+}
+
+// BuildSnapshot turns cluster objects into the view Decide works on.
+func BuildSnapshot(in Inputs, v View) Snapshot {
+	s := Snapshot{Busy: in.Busy, Missing: in.Missing, NoDriver: len(in.Drivers) == 0}
+	for _, t := range in.Targets {
+		s.Targets = append(s.Targets, t.Name)
+	}
+	podsByNode := map[string][]*corev1.Pod{}
+	for _, p := range in.Pods {
+		if p.Spec.NodeName != "" {
+			podsByNode[p.Spec.NodeName] = append(podsByNode[p.Spec.NodeName], p)
+		}
+	}
+	targetOf := map[string]string{} // DaemonSet UID → target name
+	for _, t := range in.Targets {
+		for _, ds := range t.DaemonSets {
+			targetOf[string(ds.UID)] = t.Name
+		}
+	}
+	for _, node := range in.Nodes {
+		s.Nodes = append(s.Nodes, nodeView(node, podsByNode[node.Name], in.Drivers, targetOf, v))
+	}
+	sort.Slice(s.Nodes, func(i, j int) bool { return s.Nodes[i].Name < s.Nodes[j].Name })
+	return s
+}
+
+func nodeView(node *corev1.Node, pods []*corev1.Pod, drivers []*appsv1.DaemonSet, targetOf map[string]string, v View) NodeView {
+	k := v.Keys
+	l, a := node.Labels, node.Annotations
+	raw := l[k.UpgradeState()]
+	st, known := contract.ParseUpgradeState(raw)
+	n := NodeView{
+		Name: node.Name, ResourceVersion: node.ResourceVersion,
+		State: st, RawState: raw, StateKnown: known,
+		Skip:           l[k.UpgradeSkip()] == contract.True,
+		Canary:         v.Canary != nil && !v.Canary.Empty() && v.Canary.Matches(labels.Set(l)),
+		Unschedulable:  node.Spec.Unschedulable,
+		Ready:          nodeReady(node),
+		BootID:         node.Status.NodeInfo.BootID,
+		Loaded:         l[k.DriverVersion()],
+		DriverReady:    l[k.DriverReady()] == contract.True,
+		Since:          parseTime(a[k.UpgradeSince()]),
+		UpgradeBootID:  a[k.UpgradeBootID()],
+		Target:         a[k.UpgradeTarget()],
+		RebootRequired: l[k.RebootRequired()] == contract.True,
+		RebootReason:   a[k.RebootReason()],
+		RebootStarted:  parseTime(a[k.RebootStartedAt()]),
+		Approved:       a[k.ApproveReboot()] == contract.True,
+		FailureReason:  a[k.UpgradeFailureReason()],
+		FailureStep:    a[k.UpgradeFailureStep()],
+		Rerolled:       ParseRerolled(a[k.UpgradeRerolled()]),
+		TargetPods:     map[string][]TargetPod{},
+	}
+	if w, ok := a[k.UpgradeWasCordoned()]; ok {
+		b := w == contract.True
+		n.WasCordoned = &b
+	}
+	profile, err := coveringDriver(node, drivers)
+	if err != nil {
+		n.ProfileError = err.Error()
+	} else {
+		n.Profile = profile.Namespace + "/" + profile.Name
+		n.Desired = profile.Spec.Template.Annotations[k.DriverSpecVersion()]
+		if n.Desired == "" {
+			n.ProfileError = fmt.Sprintf("driver DaemonSet %s has no %s annotation on its pod template; reinstall the chart", n.Profile, k.DriverSpecVersion())
+		}
+	}
+	for _, p := range pods {
+		if podFinished(p) {
+			continue
+		}
+		owner := daemonSetOwner(p)
+		switch {
+		case profile != nil && owner == string(profile.UID):
+			n.Driver = newerDriver(n.Driver, p, k)
+		case targetOf[owner] != "":
+			t := targetOf[owner]
+			n.TargetPods[t] = append(n.TargetPods[t], TargetPod{
+				Target: t, Namespace: p.Namespace, Name: p.Name, UID: string(p.UID),
+				Created: p.CreationTimestamp.Time, Ready: podReady(p) != nil, Terminating: p.DeletionTimestamp != nil,
+			})
+		case owner == "" && usesNPU(p):
+			n.NPUPods++
+		}
+		if owner == "" && v.WaitSelector != nil && !v.WaitSelector.Empty() && v.WaitSelector.Matches(labels.Set(p.Labels)) {
+			n.WaitPods++
+		}
+	}
+	return n
+}
+
+// coveringDriver finds the one driver DaemonSet whose node selector the
+// node matches.
+func coveringDriver(node *corev1.Node, drivers []*appsv1.DaemonSet) (*appsv1.DaemonSet, error) {
+	var match []*appsv1.DaemonSet
+	for _, ds := range drivers {
+		sel := labels.SelectorFromSet(ds.Spec.Template.Spec.NodeSelector)
+		if sel.Matches(labels.Set(node.Labels)) {
+			match = append(match, ds)
+		}
+	}
+	switch len(match) {
+	case 1:
+		return match[0], nil
+	case 0:
+		return nil, fmt.Errorf("no driver profile covers node %s (%s); add a matching entry to driver.profiles or fix the node's labels", node.Name, profileLabels(node))
+	}
+	names := make([]string, len(match))
+	for i, ds := range match {
+		names[i] = ds.Name
+	}
+	sort.Strings(names)
+	return nil, fmt.Errorf("node %s matches several driver profiles (%s); make driver.profiles select disjoint nodes", node.Name, strings.Join(names, ", "))
+}
+
+func profileLabels(node *corev1.Node) string {
+	var parts []string
+	for _, key := range []string{contract.LabelChip, contract.LabelKernel, contract.LabelOS} {
+		parts = append(parts, key+"="+node.Labels[key])
+	}
+	return strings.Join(parts, ", ")
+}
+
+func newerDriver(cur *DriverPod, p *corev1.Pod, k contract.Keys) *DriverPod {
+	if cur != nil && p.DeletionTimestamp != nil {
+		return cur
+	}
+	d := &DriverPod{Name: p.Name, Version: p.Annotations[k.DriverSpecVersion()]}
+	if c := podReady(p); c != nil && p.DeletionTimestamp == nil {
+		d.Ready, d.ReadyAt = true, c.LastTransitionTime.Time
+	}
+	return d
+}
+
+func nodeReady(n *corev1.Node) bool {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// podReady returns the Ready condition when it is true.
+func podReady(p *corev1.Pod) *corev1.PodCondition {
+	for i := range p.Status.Conditions {
+		c := &p.Status.Conditions[i]
+		if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
+			return c
+		}
+	}
+	return nil
+}
+
+func podFinished(p *corev1.Pod) bool {
+	return p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed
+}
+
+func daemonSetOwner(p *corev1.Pod) string {
+	if ref := metav1.GetControllerOf(p); ref != nil && ref.Kind == "DaemonSet" {
+		return string(ref.UID)
+	}
+	return ""
+}
+
+// usesNPU is true for a pod that requests or limits an NPU resource.
+func usesNPU(p *corev1.Pod) bool {
+	cs := append(append([]corev1.Container{}, p.Spec.InitContainers...), p.Spec.Containers...)
+	for _, c := range cs {
+		for name := range c.Resources.Limits {
+			if strings.HasPrefix(string(name), NPUResourcePrefix) {
+				return true
+			}
+		}
+		for name := range c.Resources.Requests {
+			if strings.HasPrefix(string(name), NPUResourcePrefix) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func parseTime(s string) time.Time {
+	t, err := time.Parse(time.RFC3339, s)
+	if err != nil {
+		return time.Time{}
+	}
+	return t
+}

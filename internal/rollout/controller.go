@@ -1,0 +1,342 @@
+package rollout
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/sirupsen/logrus"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	appslisters "k8s.io/client-go/listers/apps/v1"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/utils/clock"
+
+	"github.com/openfuyao/npu-stack/internal/contract"
+	"github.com/openfuyao/npu-stack/internal/kube"
+)
+
+// errorBackoff is the pause before retrying after an API error that is
+// not a stale view (which the informers resolve by themselves).
+const errorBackoff = time.Second
+
+// Config wires a Controller.
+type Config struct {
+	Client    kubernetes.Interface
+	Recorder  *kube.Recorder // nil: no events (plan, status)
+	Log       logrus.FieldLogger
+	Clock     clock.Clock
+	Keys      contract.Keys
+	Namespace string
+	// NodeSelector selects the NPU nodes; DriverSelector the driver
+	// DaemonSets in Namespace.
+	NodeSelector   labels.Selector
+	DriverSelector labels.Selector
+	Targets        []TargetSpec
+	Policy         Policy
+}
+
+// Controller runs the rollout loop on informers.
+type Controller struct {
+	cfg     Config
+	nodes   corelisters.NodeLister
+	pods    corelisters.PodLister
+	dsets   appslisters.DaemonSetLister
+	factory []informers.SharedInformerFactory
+	synced  []cache.InformerSynced
+	wake    chan struct{}
+
+	mu     sync.Mutex
+	busy   map[string]bool
+	evicts sync.WaitGroup
+}
+
+// NewController sets up informers; Start begins watching.
+func NewController(cfg Config) *Controller {
+	if cfg.Clock == nil {
+		cfg.Clock = clock.RealClock{}
+	}
+	c := &Controller{cfg: cfg, wake: make(chan struct{}, 1), busy: map[string]bool{}}
+	nodeF := informers.NewSharedInformerFactoryWithOptions(cfg.Client, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+		o.LabelSelector = cfg.NodeSelector.String()
+	}))
+	// Pods and DaemonSets of every namespace: NPU workloads, wait-for
+	// pods and re-roll targets may live anywhere.
+	allF := informers.NewSharedInformerFactoryWithOptions(cfg.Client, 0, informers.WithTransform(stripManagedFields))
+	c.factory = []informers.SharedInformerFactory{nodeF, allF}
+	ni, pi, di := nodeF.Core().V1().Nodes(), allF.Core().V1().Pods(), allF.Apps().V1().DaemonSets()
+	c.nodes, c.pods, c.dsets = ni.Lister(), pi.Lister(), di.Lister()
+	h := cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { c.poke() },
+		UpdateFunc: func(any, any) { c.poke() },
+		DeleteFunc: func(any) { c.poke() },
+	}
+	for _, inf := range []cache.SharedIndexInformer{ni.Informer(), pi.Informer(), di.Informer()} {
+		_, _ = inf.AddEventHandler(h)
+		c.synced = append(c.synced, inf.HasSynced)
+	}
+	return c
+}
+
+func stripManagedFields(obj any) (any, error) {
+	if m, ok := obj.(metav1.Object); ok {
+		m.SetManagedFields(nil)
+	}
+	return obj, nil
+}
+
+// poke asks for a new decision; pokes coalesce.
+func (c *Controller) poke() {
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Start starts the informers and waits for their caches.
+func (c *Controller) Start(ctx context.Context) error {
+	for _, f := range c.factory {
+		f.Start(ctx.Done())
+	}
+	if !cache.WaitForCacheSync(ctx.Done(), c.synced...) {
+		return fmt.Errorf("informer caches did not sync: %w", ctx.Err())
+	}
+	return nil
+}
+
+// Snapshot builds the current view from the informer caches.
+func (c *Controller) Snapshot() (Snapshot, error) {
+	nodes, err := c.nodes.List(labels.Everything())
+	if err != nil {
+		return Snapshot{}, fmt.Errorf("list nodes: %w", err)
+	}
+	pods, err := c.pods.List(labels.Everything())
+	if err != nil {
+		return Snapshot{}, fmt.Errorf("list pods: %w", err)
+	}
+	all, err := c.dsets.List(labels.Everything())
+	if err != nil {
+		return Snapshot{}, fmt.Errorf("list daemonsets: %w", err)
+	}
+	var drivers []*appsv1.DaemonSet
+	for _, ds := range all {
+		if ds.Namespace == c.cfg.Namespace && c.cfg.DriverSelector.Matches(labels.Set(ds.Labels)) {
+			drivers = append(drivers, ds)
+		}
+	}
+	targets, missing := ResolveTargets(c.cfg.Targets, all)
+	c.mu.Lock()
+	busy := make(map[string]bool, len(c.busy))
+	for k, v := range c.busy {
+		busy[k] = v
+	}
+	c.mu.Unlock()
+	p := c.cfg.Policy
+	return BuildSnapshot(Inputs{Nodes: nodes, Pods: pods, Drivers: drivers, Targets: targets, Missing: missing, Busy: busy},
+		View{Keys: c.cfg.Keys, Canary: p.Canary, WaitSelector: p.WaitForCompletion.Selector}), nil
+}
+
+// Decide decides once on the current caches.
+func (c *Controller) Decide() (Snapshot, Decision, error) {
+	s, err := c.Snapshot()
+	if err != nil {
+		return s, Decision{}, err
+	}
+	return s, Decide(s, c.cfg.Policy, c.cfg.Keys, c.cfg.Clock.Now()), nil
+}
+
+// Run decides and acts on every change until the rollout is over (or ctx
+// ends, returning ctx's error with the last decision).
+func (c *Controller) Run(ctx context.Context) (Decision, error) {
+	var last Decision
+	var lastMissing string
+	timer := c.cfg.Clock.NewTimer(time.Hour)
+	defer timer.Stop()
+	c.poke()
+	for {
+		select {
+		case <-ctx.Done():
+			c.waitIdle()
+			return last, ctx.Err()
+		case <-c.wake:
+		case <-timer.C():
+		}
+		s, d, err := c.Decide()
+		if err != nil {
+			return last, err
+		}
+		last = d
+		if m := fmt.Sprint(s.Missing); len(s.Missing) > 0 && m != lastMissing {
+			c.cfg.Log.WithField("targets", s.Missing).Warn("re-roll targets not found; skipping them")
+			lastMissing = m
+		}
+		requeue := d.Requeue
+		for _, a := range d.Actions {
+			if !c.apply(ctx, a) {
+				requeue = minPositive(requeue, errorBackoff)
+			}
+		}
+		if d.Outcome != Running && len(d.Actions) == 0 && c.idle() {
+			return d, nil
+		}
+		if requeue > 0 {
+			// Timeouts count in whole seconds on the node; a little slack
+			// keeps the wake-up from landing just before one expires.
+			timer.Reset(requeue + 50*time.Millisecond)
+		}
+	}
+}
+
+func (c *Controller) idle() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.busy) == 0
+}
+
+func (c *Controller) waitIdle() { c.evicts.Wait() }
+
+// apply carries out a; false means it failed for a reason other than a
+// stale view, and the decision should be retried after a pause.
+func (c *Controller) apply(ctx context.Context, a Action) bool {
+	log := c.cfg.Log.WithFields(logrus.Fields{"node": a.Node, "action": a.Kind, "from": a.From, "to": a.To})
+	switch a.Kind {
+	case ActTransition:
+		if err := c.transition(ctx, a, a.ResourceVersion); err != nil {
+			return logConflict(log, err, "transition")
+		}
+	case ActEvict:
+		c.mu.Lock()
+		c.busy[a.Node] = true
+		c.mu.Unlock()
+		log.Info(a.Message)
+		c.evicts.Add(1)
+		go c.runEvict(ctx, a, log)
+	case ActDeletePods:
+		if err := c.deletePods(ctx, a, log); err != nil {
+			return logConflict(log, err, "re-roll")
+		}
+	}
+	return true
+}
+
+// transition patches the node if it is still at rv ("" = re-read it and
+// check it is still in a.From) and records the events.
+func (c *Controller) transition(ctx context.Context, a Action, rv string) error {
+	log := c.cfg.Log.WithFields(logrus.Fields{"node": a.Node, "from": string(a.From), "to": string(a.To)})
+	if rv == "" {
+		cur, err := c.cfg.Client.CoreV1().Nodes().Get(ctx, a.Node, metav1.GetOptions{})
+		if err != nil {
+			return fmt.Errorf("get node %s: %w", a.Node, err)
+		}
+		if got := cur.Labels[c.cfg.Keys.UpgradeState()]; got != string(a.From) {
+			return fmt.Errorf("node %s moved to %q meanwhile; not applying %s", a.Node, got, a.To)
+		}
+		rv = cur.ResourceVersion
+	}
+	node, err := kube.PatchNodeIf(ctx, c.cfg.Client, a.Node, rv, a.Change)
+	if err != nil {
+		return err
+	}
+	if a.From != a.To {
+		log.Info(a.Message)
+	}
+	if c.cfg.Recorder != nil {
+		if a.From != a.To {
+			c.cfg.Recorder.Node(node, false, contract.EventNPUDriverUpgrade, "%s → %s: %s", stateName(a.From), stateName(a.To), a.Message)
+		}
+		for _, e := range a.Events {
+			c.cfg.Recorder.Node(node, e.Warning, e.Reason, "%s", e.Message)
+		}
+	}
+	return nil
+}
+
+func stateName(s contract.UpgradeState) string {
+	if s == contract.StateDone {
+		return "up-to-date"
+	}
+	return string(s)
+}
+
+func (c *Controller) runEvict(ctx context.Context, a Action, log logrus.FieldLogger) {
+	defer func() {
+		defer c.evicts.Done()
+		c.mu.Lock()
+		delete(c.busy, a.Node)
+		c.mu.Unlock()
+		c.poke()
+	}()
+	out := log.WithField("step", a.Step).WriterLevel(logrus.InfoLevel)
+	defer func() { _ = out.Close() }()
+	err := evict(ctx, c.cfg.Client, a.Node, a.Evict, c.cfg.Policy, out)
+	if ctx.Err() != nil {
+		return // shutting down: the next run redoes the step
+	}
+	next := *a.Then
+	if err != nil {
+		node, gerr := c.cfg.Client.CoreV1().Nodes().Get(ctx, a.Node, metav1.GetOptions{})
+		if gerr != nil {
+			log.WithError(gerr).Error("cannot record the failed eviction")
+			return
+		}
+		s := BuildSnapshot(Inputs{Nodes: []*corev1.Node{node}}, View{Keys: c.cfg.Keys})
+		next = builder{k: c.cfg.Keys, now: c.cfg.Clock.Now()}.fail(s.Nodes[0], a.Step, err.Error())
+	}
+	next.From = a.Then.From
+	if terr := c.transition(ctx, next, ""); terr != nil {
+		logConflict(log, terr, "after eviction")
+	}
+}
+
+func (c *Controller) deletePods(ctx context.Context, a Action, log logrus.FieldLogger) error {
+	if !a.Change.Empty() {
+		// Recorded first: a crash after the delete must not leave the old
+		// pod's replacement looking like the old pod.
+		if _, err := kube.PatchNodeIf(ctx, c.cfg.Client, a.Node, a.ResourceVersion, a.Change); err != nil {
+			return err
+		}
+	}
+	var errs []error
+	for _, p := range a.Pods {
+		uid := types.UID(p.UID)
+		err := c.cfg.Client.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
+		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+			errs = append(errs, fmt.Errorf("delete pod %s/%s on node %s: %w", p.Namespace, p.Name, a.Node, err))
+			continue
+		}
+		log.WithField("pod", p.Namespace+"/"+p.Name).Info("re-rolled pod (deleted; its DaemonSet re-creates it)")
+	}
+	return errors.Join(errs...)
+}
+
+// logConflict logs at debug level what the next decision will redo anyway
+// (a stale view), and at error level the rest.
+func logConflict(log logrus.FieldLogger, err error, what string) bool {
+	if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+		log.WithError(err).Debug(what + ": stale view, deciding again")
+		return true
+	}
+	log.WithError(err).Error(what + " failed; retrying")
+	return false
+}
+
+
+// WaitForChange blocks until the informers see a change (true) or ctx ends
+// (false); for `status --watch`, which does not Run.
+func (c *Controller) WaitForChange(ctx context.Context) bool {
+	select {
+	case <-ctx.Done():
+		return false
+	case <-c.wake:
+		return true
+	}
+}

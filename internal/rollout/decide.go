@@ -1,0 +1,493 @@
+package rollout
+
+import (
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/openfuyao/npu-stack/internal/contract"
+	"github.com/openfuyao/npu-stack/internal/kube"
+)
+
+// Outcome says whether the rollout is over.
+type Outcome string
+
+const (
+	// Running: nodes are in flight or waiting for the cluster.
+	Running Outcome = "running"
+	// Finished: every node runs its desired driver (skipped nodes aside).
+	Finished Outcome = "finished"
+	// Paused: nothing in flight and the policy forbids starting more.
+	Paused Outcome = "paused"
+	// Stuck: nothing in flight and nothing more can start (failure budget
+	// spent, failed canary, failed nodes left): an admin must act.
+	Stuck Outcome = "stuck"
+)
+
+// Decision is what Decide returns.
+type Decision struct {
+	Actions []Action
+	// Requeue asks for another decision after this long even if nothing
+	// changes in the cluster (a timeout may expire); 0 = not needed.
+	Requeue time.Duration
+	Outcome Outcome
+	// Waiting says, per node, why it is not moving (for status, plan and
+	// the final summary).
+	Waiting  map[string]string
+	Progress Progress
+}
+
+// Progress counts nodes for the progress line.
+type Progress struct {
+	Total, Done, InFlight, Queued, Failed, Skipped, Unavailable, Budget int
+}
+
+func (p Progress) String() string {
+	return fmt.Sprintf("%d/%d nodes up to date, %d in flight, %d queued, %d failed, %d skipped; unavailable %d/%d",
+		p.Done, p.Total, p.InFlight, p.Queued, p.Failed, p.Skipped, p.Unavailable, p.Budget)
+}
+
+// Decide computes the next actions for the cluster in s under p at now.
+// It is pure: the same snapshot gives the same decision, so a restarted
+// rollout continues exactly where the node labels say it was.
+func Decide(s Snapshot, p Policy, keys contract.Keys, now time.Time) Decision {
+	b := builder{k: keys, now: now}
+	d := Decision{Outcome: Running, Waiting: map[string]string{}}
+	if s.NoDriver {
+		d.Outcome = Finished
+		return d
+	}
+	budget, err := ResolveMaxUnavailable(p.MaxUnavailable, len(s.Nodes))
+	if err != nil {
+		budget = 0
+		d.Waiting["*"] = err.Error()
+	}
+	d.Progress.Total, d.Progress.Budget = len(s.Nodes), budget
+
+	var candidates []NodeView
+	failed, inFlight, unavailable := 0, 0, 0
+	canaryPending := false
+	for _, n := range s.Nodes {
+		if n.Unavailable() {
+			unavailable++
+		}
+		if n.State.InProgress() {
+			inFlight++
+		}
+		if n.State == contract.StateFailed {
+			failed++
+		}
+		if n.Canary && (n.State != contract.StateDone || n.OutOfDate()) && !(n.Skip && n.State == contract.StateDone) {
+			canaryPending = true
+		}
+	}
+	d.Progress.InFlight, d.Progress.Failed, d.Progress.Unavailable = inFlight, failed, unavailable
+
+	for _, n := range s.Nodes {
+		if s.Busy[n.Name] {
+			d.Waiting[n.Name] = "eviction in progress"
+			continue
+		}
+		var acts []Action
+		var wait string
+		var requeue time.Duration
+		switch {
+		case !n.StateKnown:
+			acts = append(acts, b.fail(n, StepState, fmt.Sprintf("unknown state %q", n.RawState)))
+		case n.State == contract.StateDone:
+			wait = decideIdle(b, n, &acts, &d.Progress)
+		case n.State == contract.StateUpgradeRequired:
+			if !n.OutOfDate() {
+				acts = append(acts, b.transition(n, contract.StateDone, "driver "+n.Loaded+" is already the desired version"))
+			} else if n.Skip {
+				wait = "skip label set"
+				d.Progress.Skipped++
+			} else {
+				candidates = append(candidates, n)
+			}
+		case n.State == contract.StateFailed:
+			wait = "failed at " + n.FailureStep + ": " + n.FailureReason
+		default:
+			acts, wait, requeue = decideInFlight(b, n, p, s, now)
+		}
+		d.Actions = append(d.Actions, acts...)
+		if wait != "" {
+			d.Waiting[n.Name] = wait
+		}
+		d.Requeue = minPositive(d.Requeue, requeue)
+	}
+
+	admitted := admit(b, candidates, p, &d, inFlight, unavailable, budget, failed, canaryPending)
+	d.Progress.InFlight += admitted
+	d.Progress.Queued = len(candidates) - admitted
+
+	if len(d.Actions) == 0 && inFlight == 0 && len(s.Busy) == 0 {
+		d.Outcome = outcome(s, p, &d, candidates, failed)
+	}
+	if d.Outcome == Finished {
+		// Fleet-wide check: every re-roll target pod must have started
+		// after its node's driver became ready.
+		d.Actions = append(d.Actions, stragglers(s, &d)...)
+		if len(d.Actions) > 0 || d.Waiting["*reroll"] != "" {
+			d.Outcome = Running
+		}
+	}
+	return d
+}
+
+// decideIdle handles a node without a state label.
+func decideIdle(b builder, n NodeView, acts *[]Action, pr *Progress) string {
+	switch {
+	case n.ProfileError != "":
+		return n.ProfileError
+	case n.Loaded == "":
+		return "driver version not reported yet (driver pod not running?)"
+	case n.UpToDate():
+		pr.Done++
+		return ""
+	case n.Skip:
+		pr.Skipped++
+		return "skip label set"
+	}
+	*acts = append(*acts, b.transition(n, contract.StateUpgradeRequired,
+		fmt.Sprintf("driver %s loaded, %s desired", n.Loaded, n.Desired)))
+	return ""
+}
+
+// admit moves queued nodes to cordon-required within the budgets, canaries
+// first, then by name.
+func admit(b builder, cands []NodeView, p Policy, d *Decision, inFlight, unavailable, budget, failed int, canaryPending bool) int {
+	sort.Slice(cands, func(i, j int) bool {
+		if cands[i].Canary != cands[j].Canary {
+			return cands[i].Canary
+		}
+		return cands[i].Name < cands[j].Name
+	})
+	admitted := 0
+	for _, n := range cands {
+		var why string
+		adds := !n.Unschedulable && n.Ready
+		switch {
+		case p.Paused:
+			why = "rollout paused"
+		case p.MaxFailures > 0 && failed >= p.MaxFailures:
+			why = fmt.Sprintf("failure budget spent (%d failed, maxFailures %d)", failed, p.MaxFailures)
+		case canaryPending && !n.Canary:
+			why = "waiting for the canary nodes to finish"
+		case !n.Ready:
+			why = "node NotReady"
+		case p.MaxParallel > 0 && inFlight >= p.MaxParallel:
+			why = fmt.Sprintf("maxParallelUpgrades %d reached", p.MaxParallel)
+		case adds && unavailable+1 > budget:
+			why = fmt.Sprintf("maxUnavailable reached (%d of %d nodes unavailable)", unavailable, budget)
+		}
+		if why != "" {
+			d.Waiting[n.Name] = why
+			continue
+		}
+		a := b.transition(n, contract.StateCordonRequired, "starting driver upgrade "+n.Loaded+" → "+n.Desired)
+		if n.WasCordoned == nil {
+			// A retried node keeps what was recorded the first time: by now
+			// the rollout itself may have cordoned it.
+			a.Change.Annotations[b.k.UpgradeWasCordoned()] = kube.Set(strconv.FormatBool(n.Unschedulable))
+		}
+		a.Change.Annotations[b.k.UpgradeTarget()] = kube.Set(n.Desired)
+		for _, k := range []string{b.k.UpgradeFailureReason(), b.k.UpgradeFailureStep(), b.k.UpgradeBootID(), b.k.UpgradeRerolled()} {
+			a.Change.Annotations[k] = nil
+		}
+		d.Actions = append(d.Actions, a)
+		inFlight++
+		admitted++
+		if adds {
+			unavailable++
+		}
+	}
+	return admitted
+}
+
+// decideInFlight advances a node between cordon and uncordon.
+func decideInFlight(b builder, n NodeView, p Policy, s Snapshot, now time.Time) ([]Action, string, time.Duration) {
+	elapsed := now.Sub(n.Since)
+	// The desired version went back to the loaded one (a rollback before
+	// this node rebooted): nothing to reboot for, give the node back.
+	if !n.OutOfDate() && n.UpToDate() && n.State != contract.StateValidationRequired && n.State != contract.StateUncordonRequired && !rebootStarted(n) {
+		a := b.transition(n, contract.StateUncordonRequired, "driver "+n.Loaded+" is the desired version again; no reboot needed")
+		if n.RebootRequired && n.RebootReason == string(contract.ReasonUpgrade) {
+			a.Change.Labels[b.k.RebootRequired()] = nil
+			a.Change.Annotations[b.k.RebootReason()] = nil
+		}
+		return []Action{a}, "", 0
+	}
+	switch n.State {
+	case contract.StateCordonRequired:
+		a := b.transition(n, contract.StateWaitForJobsRequired, "cordoned")
+		a.Change.Unschedulable = ptrBool(true)
+		return []Action{a}, "", 0
+
+	case contract.StateWaitForJobsRequired:
+		if p.WaitForCompletion.Selector == nil || n.WaitPods == 0 {
+			return []Action{b.transition(n, contract.StatePodDeletionRequired, "no workloads to wait for")}, "", 0
+		}
+		if t := p.WaitForCompletion.Timeout; t > 0 {
+			if elapsed >= t {
+				return []Action{b.transition(n, contract.StatePodDeletionRequired,
+					fmt.Sprintf("waited %s for %d pods to complete; proceeding", t, n.WaitPods))}, "", 0
+			}
+			return nil, fmt.Sprintf("waiting for %d pods to complete", n.WaitPods), t - elapsed
+		}
+		return nil, fmt.Sprintf("waiting for %d pods to complete", n.WaitPods), 0
+
+	case contract.StatePodDeletionRequired:
+		next := b.transition(n, contract.StateDrainRequired, "NPU pods removed")
+		if n.NPUPods == 0 {
+			return []Action{next}, "", 0
+		}
+		return []Action{{Kind: ActEvict, Node: n.Name, Evict: EvictNPUPods, Step: StepPodDeletion, Then: &next,
+			Message: fmt.Sprintf("evicting %d NPU pods", n.NPUPods)}}, "", 0
+
+	case contract.StateDrainRequired:
+		next := enterReboot(b, n)
+		if !p.Drain.Enable {
+			return []Action{next}, "", 0
+		}
+		return []Action{{Kind: ActEvict, Node: n.Name, Evict: EvictDrain, Step: StepDrain, Then: &next, Message: "draining"}}, "", 0
+
+	case contract.StateRebootRequired:
+		return decideReboot(b, n, p, now)
+
+	case contract.StateValidationRequired:
+		return decideValidation(b, n, p, s, now)
+
+	case contract.StateUncordonRequired:
+		a := b.transition(n, contract.StateDone, "driver "+n.Loaded+" validated; upgrade done")
+		if n.WasCordoned == nil || !*n.WasCordoned {
+			a.Change.Unschedulable = ptrBool(false)
+		}
+		return []Action{a}, "", 0
+	}
+	return nil, "", 0
+}
+
+func enterReboot(b builder, n NodeView) Action {
+	a := b.transition(n, contract.StateRebootRequired, "reboot requested to load driver "+n.Desired)
+	a.Change.Labels[b.k.RebootRequired()] = kube.Set(contract.True)
+	a.Change.Annotations[b.k.RebootReason()] = kube.Set(string(contract.ReasonUpgrade))
+	a.Change.Annotations[b.k.UpgradeBootID()] = kube.Set(n.BootID)
+	a.Events = append(a.Events, Event{Reason: contract.EventRebootRequired,
+		Message: fmt.Sprintf("reason=%s: driver %s loaded, %s desired; a reboot loads it", contract.ReasonUpgrade, n.Loaded, n.Desired)})
+	return a
+}
+
+// rebootStarted is true when the rebooter issued the reboot for this
+// upgrade (an older start time belongs to an earlier reboot).
+func rebootStarted(n NodeView) bool {
+	return !n.RebootStarted.IsZero() && !n.RebootStarted.Before(n.Since.Truncate(time.Second))
+}
+
+func decideReboot(b builder, n NodeView, p Policy, now time.Time) ([]Action, string, time.Duration) {
+	if n.UpgradeBootID != "" && n.BootID != "" && n.BootID != n.UpgradeBootID {
+		a := b.transition(n, contract.StateValidationRequired, "node rebooted")
+		// The rebooter clears these after boot; clearing them here too
+		// keeps an unplanned reboot from being followed by a second one.
+		if n.RebootRequired && n.RebootReason != string(contract.ReasonRecovery) {
+			a.Change.Labels[b.k.RebootRequired()] = nil
+			a.Change.Annotations[b.k.RebootReason()] = nil
+		}
+		return []Action{a}, "", 0
+	}
+	if n.UpgradeBootID == "" {
+		// Crashed between the state change and recording: record now.
+		a := enterReboot(b, n)
+		a.Message = "re-recording the reboot request"
+		return []Action{a}, "", 0
+	}
+	if !n.RebootRequired {
+		a := Action{Kind: ActTransition, Node: n.Name, ResourceVersion: n.ResourceVersion, From: n.State, To: n.State,
+			Message: "reboot request was removed before the reboot; asking again",
+			Change: kube.NodeChange{Labels: map[string]*string{b.k.RebootRequired(): kube.Set(contract.True)},
+				Annotations: map[string]*string{b.k.RebootReason(): kube.Set(string(contract.ReasonUpgrade))}}}
+		return []Action{a}, "", 0
+	}
+	if !rebootStarted(n) {
+		if !p.AutoUpgrade && !n.Approved {
+			return nil, "waiting for approval: kubectl annotate node " + n.Name + " " + b.k.ApproveReboot() + "=true", 0
+		}
+		return nil, "waiting for the rebooter (reboot slot, uptime guard)", 0
+	}
+	left := p.RebootTimeout - now.Sub(n.RebootStarted)
+	if p.RebootTimeout > 0 && left <= 0 {
+		return []Action{b.fail(n, StepReboot, fmt.Sprintf("node did not come back within %s of its reboot at %s",
+			p.RebootTimeout, n.RebootStarted.UTC().Format(time.RFC3339)))}, "", 0
+	}
+	return nil, "rebooting", left
+}
+
+func decideValidation(b builder, n NodeView, p Policy, s Snapshot, now time.Time) ([]Action, string, time.Duration) {
+	wait := validationGap(n)
+	var acts []Action
+	if wait == "" {
+		var del []TargetPod
+		del, wait = rerollNeeds(n, s.Targets)
+		if len(del) > 0 {
+			uids := map[string]string{}
+			for u, t := range n.Rerolled {
+				uids[u] = t
+			}
+			for _, pd := range del {
+				uids[pd.UID] = pd.Target
+			}
+			acts = append(acts, Action{Kind: ActDeletePods, Node: n.Name, ResourceVersion: n.ResourceVersion,
+				From: n.State, To: n.State, Pods: del, Message: fmt.Sprintf("re-rolling %d pods started before the driver was ready", len(del)),
+				Change: kube.NodeChange{Annotations: map[string]*string{b.k.UpgradeRerolled(): kube.Set(FormatRerolled(uids))}}})
+			return acts, wait, 0
+		}
+	}
+	if wait == "" {
+		return []Action{b.transition(n, contract.StateUncordonRequired, "validated: driver "+n.Loaded+" ready, device plugin re-rolled")}, "", 0
+	}
+	elapsed := now.Sub(n.Since)
+	if p.RebootTimeout > 0 && elapsed >= p.RebootTimeout {
+		return []Action{b.fail(n, StepValidation, fmt.Sprintf("not valid after %s: %s", p.RebootTimeout, wait))}, "", 0
+	}
+	if p.RebootTimeout > 0 {
+		return nil, wait, p.RebootTimeout - elapsed
+	}
+	return nil, wait, 0
+}
+
+// validationGap names the first validation check that fails, "" if the
+// driver side is valid.
+func validationGap(n NodeView) string {
+	switch {
+	case n.Loaded != n.Desired:
+		return fmt.Sprintf("driver %s loaded, want %s", orNone(n.Loaded), n.Desired)
+	case n.Driver == nil:
+		return "no driver pod on the node"
+	case n.Driver.Version != n.Desired:
+		return fmt.Sprintf("driver pod %s is of version %s, want %s", n.Driver.Name, orNone(n.Driver.Version), n.Desired)
+	case !n.Driver.Ready:
+		return "driver pod " + n.Driver.Name + " not Ready"
+	case !n.DriverReady:
+		return "health-watch has not reported driver-ready=true"
+	}
+	return ""
+}
+
+// rerollNeeds returns the target pods to delete and what is still awaited.
+func rerollNeeds(n NodeView, targets []string) ([]TargetPod, string) {
+	var del []TargetPod
+	var waits []string
+	for _, t := range targets {
+		pods := n.TargetPods[t]
+		fresh, rerolled := false, false
+		for _, target := range n.Rerolled {
+			rerolled = rerolled || target == t
+		}
+		for _, pd := range pods {
+			_, gone := n.Rerolled[pd.UID]
+			switch {
+			case gone && !pd.Terminating:
+				// Deleted by us but still there (crash before delete, or
+				// the delete is in flight): delete again.
+				del = append(del, pd)
+			case gone || pd.Terminating:
+			case startedBefore(pd, n.Driver):
+				del = append(del, pd)
+			case pd.Ready:
+				fresh = true
+			}
+		}
+		if !fresh && (len(pods) > 0 || rerolled) {
+			waits = append(waits, "waiting for a new "+t+" pod")
+		}
+	}
+	if len(del) > 0 {
+		return del, "re-rolling"
+	}
+	return nil, strings.Join(waits, "; ")
+}
+
+// startedBefore: creation times have second precision, so a pod created
+// in the same second as the driver became ready counts as after it.
+func startedBefore(pd TargetPod, drv *DriverPod) bool {
+	return drv != nil && !drv.ReadyAt.IsZero() && pd.Created.Before(drv.ReadyAt.Truncate(time.Second))
+}
+
+// stragglers re-rolls, fleet-wide, target pods older than their node's
+// driver readiness (e.g. a node rebooted outside the rollout).
+func stragglers(s Snapshot, d *Decision) []Action {
+	var acts []Action
+	for _, n := range s.Nodes {
+		if n.Driver == nil || !n.Driver.Ready || n.Skip && n.OutOfDate() {
+			continue
+		}
+		var del []TargetPod
+		for _, t := range s.Targets {
+			for _, pd := range n.TargetPods[t] {
+				if !pd.Terminating && startedBefore(pd, n.Driver) {
+					del = append(del, pd)
+				}
+			}
+		}
+		if len(del) > 0 {
+			acts = append(acts, Action{Kind: ActDeletePods, Node: n.Name, Pods: del,
+				Message: fmt.Sprintf("fleet check: re-rolling %d pods started before the driver was ready", len(del))})
+			d.Waiting[n.Name] = "re-rolling straggler pods"
+		}
+	}
+	return acts
+}
+
+func outcome(s Snapshot, p Policy, d *Decision, queued []NodeView, failed int) Outcome {
+	if len(queued) > 0 {
+		if p.Paused {
+			return Paused
+		}
+		if p.MaxFailures > 0 && failed >= p.MaxFailures {
+			return Stuck
+		}
+		for _, n := range queued {
+			if strings.HasPrefix(d.Waiting[n.Name], "waiting for the canary") {
+				// The canaries are done or failed; with none in flight,
+				// a failed canary blocks the rest.
+				return Stuck
+			}
+		}
+		return Running // NotReady nodes may come back
+	}
+	uncovered := false
+	for _, n := range s.Nodes {
+		if n.ProfileError != "" {
+			uncovered = true
+			continue
+		}
+		if n.State == contract.StateDone && !n.Skip && !n.UpToDate() {
+			return Running // driver version not reported yet: wait
+		}
+	}
+	if failed > 0 || uncovered {
+		return Stuck
+	}
+	return Finished
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "none"
+	}
+	return s
+}
+
+func minPositive(a, b time.Duration) time.Duration {
+	switch {
+	case a <= 0:
+		return b
+	case b <= 0:
+		return a
+	case b < a:
+		return b
+	}
+	return a
+}

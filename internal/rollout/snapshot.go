@@ -1,0 +1,101 @@
+package rollout
+
+import (
+	"time"
+
+	"github.com/openfuyao/npu-stack/internal/contract"
+)
+
+// Snapshot is everything Decide needs, taken at one moment.
+type Snapshot struct {
+	Nodes []NodeView
+	// Targets are the re-roll targets that exist; Missing names those that
+	// do not (reported, never fatal).
+	Targets []string
+	Missing []string
+	// Busy nodes have an eviction or drain running in this process.
+	Busy map[string]bool
+	// NoDriver is true when no driver DaemonSet is managed (driver
+	// disabled): there is nothing to roll.
+	NoDriver bool
+}
+
+// NodeView is one NPU node as the rollout sees it.
+type NodeView struct {
+	Name            string
+	ResourceVersion string
+	// State is the parsed state label; RawState is kept to report a value
+	// this version does not know.
+	State         contract.UpgradeState
+	RawState      string
+	StateKnown    bool
+	Skip          bool
+	Canary        bool
+	Unschedulable bool
+	Ready         bool
+	BootID        string
+
+	// Profile is the driver DaemonSet covering the node ("" if none);
+	// ProfileError says why there is none or why it is ambiguous.
+	Profile      string
+	ProfileError string
+	Desired      string
+	Loaded       string
+	DriverReady  bool
+
+	// Bookkeeping annotations.
+	WasCordoned    *bool
+	Since          time.Time
+	UpgradeBootID  string
+	Target         string
+	RebootRequired bool
+	RebootReason   string
+	RebootStarted  time.Time
+	Approved       bool
+	FailureReason  string
+	FailureStep    string
+	// Rerolled maps the UID of each pod deleted for the re-roll to its
+	// target, so a restarted rollout neither deletes twice nor takes an old
+	// pod for the new one.
+	Rerolled map[string]string
+
+	// Pods on the node.
+	NPUPods  int
+	WaitPods int
+	Driver   *DriverPod
+	// TargetPods maps a re-roll target to its pods on this node.
+	TargetPods map[string][]TargetPod
+}
+
+// DriverPod is the node's pod of its profile's driver DaemonSet.
+type DriverPod struct {
+	Name    string
+	Version string // the pod template's driver-version annotation
+	Ready   bool
+	ReadyAt time.Time
+}
+
+// TargetPod is a pod of a re-roll target DaemonSet on the node.
+type TargetPod struct {
+	Target               string
+	Namespace, Name, UID string
+	Created              time.Time
+	Ready                bool
+	Terminating          bool
+}
+
+// OutOfDate is true when the node's profile wants a driver other than the
+// one loaded. A node whose loaded version is unknown yet (driver pod not
+// reported) is not out of date: nothing is started on a guess.
+func (n NodeView) OutOfDate() bool {
+	return n.Desired != "" && n.Loaded != "" && n.Loaded != n.Desired
+}
+
+// UpToDate is true when the desired version is loaded.
+func (n NodeView) UpToDate() bool { return n.Desired != "" && n.Loaded == n.Desired }
+
+// Unavailable counts toward maxUnavailable: cordoned, NotReady, or being
+// upgraded.
+func (n NodeView) Unavailable() bool {
+	return n.Unschedulable || !n.Ready || n.State.InProgress()
+}
