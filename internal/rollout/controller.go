@@ -329,7 +329,6 @@ func logConflict(log logrus.FieldLogger, err error, what string) bool {
 	return false
 }
 
-
 // WaitForChange blocks until the informers see a change (true) or ctx ends
 // (false); for `status --watch`, which does not Run.
 func (c *Controller) WaitForChange(ctx context.Context) bool {
