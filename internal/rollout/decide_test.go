@@ -1,0 +1,471 @@
+package rollout
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/openfuyao/npu-stack/internal/contract"
+)
+
+var (
+	keys = contract.Keys{Domain: contract.DefaultDomain}
+	now  = time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
+)
+
+// nv is a ready, schedulable, up-to-date node on driver 1.0 → 2.0 unless
+// changed by opts.
+func nv(name string, opts ...func(*NodeView)) NodeView {
+	n := NodeView{Name: name, ResourceVersion: "7", StateKnown: true, Ready: true, BootID: "boot-a",
+		Profile: "npu-operator/drv", Desired: "2.0", Loaded: "1.0", Since: now.Add(-time.Minute),
+		TargetPods: map[string][]TargetPod{}, Rerolled: map[string]string{}}
+	for _, o := range opts {
+		o(&n)
+	}
+	return n
+}
+
+func in(s contract.UpgradeState) func(*NodeView) { return func(n *NodeView) { n.State = s; n.RawState = string(s) } }
+func loaded(v string) func(*NodeView)            { return func(n *NodeView) { n.Loaded = v } }
+func cordoned(n *NodeView)                       { n.Unschedulable = true }
+func notReady(n *NodeView)                       { n.Ready = false }
+func skip(n *NodeView)                           { n.Skip = true }
+func canary(n *NodeView)                         { n.Canary = true }
+func wasCordoned(v bool) func(*NodeView)         { return func(n *NodeView) { n.WasCordoned = &v } }
+
+func policy(opts ...func(*Policy)) Policy {
+	p := Policy{MaxParallel: 1, MaxUnavailable: intstr.FromString("25%"), MaxFailures: 1, RebootTimeout: 30 * time.Minute}
+	for _, o := range opts {
+		o(&p)
+	}
+	return p
+}
+
+func decide(p Policy, nodes ...NodeView) Decision {
+	return Decide(Snapshot{Nodes: nodes, Targets: []string{"ns/dp"}}, p, keys, now)
+}
+
+// moves summarises the transitions as "node:from>to".
+func moves(d Decision) []string {
+	var out []string
+	for _, a := range d.Actions {
+		switch a.Kind {
+		case ActTransition:
+			out = append(out, fmt.Sprintf("%s:%s>%s", a.Node, sn(a.From), sn(a.To)))
+		case ActEvict:
+			out = append(out, fmt.Sprintf("%s:evict-%s>%s", a.Node, a.Evict, sn(a.Then.To)))
+		case ActDeletePods:
+			out = append(out, fmt.Sprintf("%s:delete-%d", a.Node, len(a.Pods)))
+		}
+	}
+	return out
+}
+
+
+func want(t *testing.T, d Decision, exp ...string) {
+	t.Helper()
+	got := moves(d)
+	if strings.Join(got, " ") != strings.Join(exp, " ") {
+		t.Fatalf("actions = %q, want %q (waiting %v)", got, exp, d.Waiting)
+	}
+}
+
+func TestResolveMaxUnavailableRoundsUp(t *testing.T) {
+	for _, tc := range []struct {
+		v     intstr.IntOrString
+		total int
+		want  int
+	}{
+		{intstr.FromString("25%"), 12, 3},
+		{intstr.FromString("25%"), 10, 3}, // 2.5 → 3
+		{intstr.FromString("1%"), 5, 1},   // never rounds to 0 when > 0%
+		{intstr.FromString("0%"), 5, 0},
+		{intstr.FromString("100%"), 7, 7},
+		{intstr.FromInt32(2), 12, 2},
+		{intstr.FromInt32(20), 12, 12}, // capped at the fleet
+	} {
+		got, err := ResolveMaxUnavailable(tc.v, tc.total)
+		if err != nil || got != tc.want {
+			t.Errorf("ResolveMaxUnavailable(%s, %d) = %d, %v; want %d", tc.v.String(), tc.total, got, err, tc.want)
+		}
+	}
+	if _, err := ResolveMaxUnavailable(intstr.FromString("lots"), 3); err == nil {
+		t.Error("a non-percentage string must be rejected")
+	}
+	if _, err := ResolveMaxUnavailable(intstr.FromInt32(-1), 3); err == nil {
+		t.Error("a negative count must be rejected")
+	}
+}
+
+func TestIdleNodes(t *testing.T) {
+	p := policy()
+	want(t, decide(p, nv("a")), "a:done>upgrade-required")
+	want(t, decide(p, nv("a", loaded("2.0"))))                    // up to date
+	want(t, decide(p, nv("a", loaded(""))))                       // version not reported: no guess
+	want(t, decide(p, nv("a", skip)))                             // skip label
+	want(t, decide(p, nv("a", func(n *NodeView) { n.ProfileError = "no profile" }))) // not covered
+	d := decide(p, nv("a", skip), nv("b", loaded("2.0")))
+	if d.Outcome != Finished || d.Progress.Skipped != 1 || d.Progress.Done != 1 {
+		t.Fatalf("skipped + done = %s %+v, want finished", d.Outcome, d.Progress)
+	}
+	if d := decide(p, nv("a", loaded(""))); d.Outcome != Running {
+		t.Fatalf("unknown version must keep the rollout waiting, got %s", d.Outcome)
+	}
+	if d := decide(p, nv("a", loaded("2.0")), nv("b", loaded("2.0"), func(n *NodeView) { n.ProfileError = "x" })); d.Outcome != Stuck {
+		t.Fatalf("an uncovered node must end the rollout as stuck, got %s", d.Outcome)
+	}
+}
+
+func TestStateMachineSteps(t *testing.T) {
+	p := policy()
+	want(t, decide(p, nv("a", in(contract.StateUpgradeRequired))), "a:upgrade-required>cordon-required")
+	d := decide(p, nv("a", in(contract.StateCordonRequired)))
+	want(t, d, "a:cordon-required>wait-for-jobs-required")
+	if u := d.Actions[0].Change.Unschedulable; u == nil || !*u {
+		t.Fatal("cordon step must cordon")
+	}
+	want(t, decide(p, nv("a", in(contract.StateWaitForJobsRequired))), "a:wait-for-jobs-required>pod-deletion-required")
+	want(t, decide(p, nv("a", in(contract.StatePodDeletionRequired))), "a:pod-deletion-required>drain-required")
+	want(t, decide(p, nv("a", in(contract.StatePodDeletionRequired), func(n *NodeView) { n.NPUPods = 2 })), "a:evict-npu-pods>drain-required")
+	d = decide(p, nv("a", in(contract.StateDrainRequired)))
+	want(t, d, "a:drain-required>reboot-required")
+	ch := d.Actions[0].Change
+	if v := ch.Labels[keys.RebootRequired()]; v == nil || *v != "true" {
+		t.Fatal("entering reboot-required must set the reboot-required label")
+	}
+	if v := ch.Annotations[keys.RebootReason()]; v == nil || *v != "upgrade" {
+		t.Fatal("reboot reason must be upgrade")
+	}
+	if v := ch.Annotations[keys.UpgradeBootID()]; v == nil || *v != "boot-a" {
+		t.Fatal("the boot ID before the reboot must be recorded")
+	}
+	if len(d.Actions[0].Events) != 1 || d.Actions[0].Events[0].Reason != contract.EventRebootRequired || !strings.Contains(d.Actions[0].Events[0].Message, "reason=upgrade") {
+		t.Fatalf("want a RebootRequired event with reason=upgrade, got %+v", d.Actions[0].Events)
+	}
+	want(t, decide(policy(func(p *Policy) { p.Drain.Enable = true }), nv("a", in(contract.StateDrainRequired))), "a:evict-drain>reboot-required")
+}
+
+func TestWaitForCompletion(t *testing.T) {
+	sel := labels.SelectorFromSet(labels.Set{"job": "train"})
+	forever := policy(func(p *Policy) { p.WaitForCompletion.Selector = sel })
+	busy := func(n *NodeView) { n.WaitPods = 1 }
+	want(t, decide(forever, nv("a", in(contract.StateWaitForJobsRequired), busy)))
+	bounded := policy(func(p *Policy) { p.WaitForCompletion = WaitPolicy{Selector: sel, Timeout: 5 * time.Minute} })
+	d := decide(bounded, nv("a", in(contract.StateWaitForJobsRequired), busy))
+	want(t, d)
+	if d.Requeue != 4*time.Minute {
+		t.Fatalf("requeue = %s, want the 4m left of the timeout", d.Requeue)
+	}
+	want(t, decide(bounded, nv("a", in(contract.StateWaitForJobsRequired), busy, func(n *NodeView) { n.Since = now.Add(-6 * time.Minute) })),
+		"a:wait-for-jobs-required>pod-deletion-required")
+}
+
+func rebooting(n *NodeView) {
+	n.State, n.RawState = contract.StateRebootRequired, string(contract.StateRebootRequired)
+	n.UpgradeBootID, n.RebootRequired, n.RebootReason = "boot-a", true, "upgrade"
+}
+
+func TestRebootStep(t *testing.T) {
+	p := policy()
+	d := decide(p, nv("a", rebooting))
+	want(t, d)
+	if !strings.Contains(d.Waiting["a"], "approve-reboot=true") {
+		t.Fatalf("manual mode must say how to approve, got %q", d.Waiting["a"])
+	}
+	auto := policy(func(p *Policy) { p.AutoUpgrade = true })
+	if d := decide(auto, nv("a", rebooting)); !strings.Contains(d.Waiting["a"], "rebooter") {
+		t.Fatalf("auto mode waits for the rebooter, got %q", d.Waiting["a"])
+	}
+	// The reboot timeout counts from the reboot, not from the approval wait.
+	old := func(n *NodeView) { n.Since = now.Add(-2 * time.Hour) }
+	want(t, decide(p, nv("a", rebooting, old)))
+	started := func(ago time.Duration) func(*NodeView) {
+		return func(n *NodeView) { n.RebootStarted = now.Add(-ago) }
+	}
+	d = decide(p, nv("a", rebooting, old, started(10*time.Minute)))
+	want(t, d)
+	if d.Requeue != 20*time.Minute {
+		t.Fatalf("requeue = %s, want the 20m left", d.Requeue)
+	}
+	d = decide(p, nv("a", rebooting, old, started(31*time.Minute)))
+	want(t, d, "a:reboot-required>upgrade-failed")
+	if s := *d.Actions[0].Change.Annotations[keys.UpgradeFailureStep()]; s != StepReboot {
+		t.Fatalf("failure step = %s", s)
+	}
+	if d.Actions[0].Change.Unschedulable != nil {
+		t.Fatal("a node lost in its reboot must stay cordoned")
+	}
+	// A start time older than this upgrade belongs to an earlier reboot.
+	want(t, decide(p, nv("a", rebooting, started(2*time.Hour))))
+	// Boot ID changed: rebooted.
+	d = decide(p, nv("a", rebooting, func(n *NodeView) { n.BootID = "boot-b" }))
+	want(t, d, "a:reboot-required>validation-required")
+	if v, ok := d.Actions[0].Change.Labels[keys.RebootRequired()]; !ok || v != nil {
+		t.Fatal("after the reboot the rollout clears its reboot request (no second reboot)")
+	}
+	// Label removed by someone before the reboot: asked again.
+	want(t, decide(p, nv("a", rebooting, func(n *NodeView) { n.RebootRequired = false })), "a:reboot-required>reboot-required")
+	// Rolled back before the reboot: no reboot, uncordon.
+	d = decide(p, nv("a", rebooting, loaded("2.0")))
+	want(t, d, "a:reboot-required>uncordon-required")
+}
+
+func validating(n *NodeView) {
+	n.State, n.RawState = contract.StateValidationRequired, string(contract.StateValidationRequired)
+	n.Loaded, n.DriverReady = "2.0", true
+	n.Driver = &DriverPod{Name: "drv-x", Version: "2.0", Ready: true, ReadyAt: now.Add(-30 * time.Second)}
+}
+
+func TestValidation(t *testing.T) {
+	p := policy()
+	oldPod := TargetPod{Target: "ns/dp", Namespace: "ns", Name: "dp-1", UID: "u1", Created: now.Add(-time.Hour), Ready: true}
+	newPod := TargetPod{Target: "ns/dp", Namespace: "ns", Name: "dp-2", UID: "u2", Created: now.Add(-time.Second), Ready: true}
+	with := func(pods ...TargetPod) func(*NodeView) {
+		return func(n *NodeView) { n.TargetPods["ns/dp"] = pods }
+	}
+	for name, tc := range map[string]struct {
+		opt  func(*NodeView)
+		gap  string
+		acts []string
+	}{
+		"old driver":         {func(n *NodeView) { n.Loaded = "1.0" }, "driver 1.0 loaded", nil},
+		"no driver pod":      {func(n *NodeView) { n.Driver = nil }, "no driver pod", nil},
+		"old driver pod":     {func(n *NodeView) { n.Driver.Version = "1.0" }, "of version 1.0", nil},
+		"driver pod unready": {func(n *NodeView) { n.Driver.Ready = false }, "not Ready", nil},
+		"health not ready":   {func(n *NodeView) { n.DriverReady = false }, "driver-ready=true", nil},
+		"stale plugin":       {with(oldPod), "re-rolling", []string{"a:delete-1"}},
+		"replacement coming": {func(n *NodeView) { n.Rerolled = map[string]string{"u1": "ns/dp"} }, "waiting for a new ns/dp pod", nil},
+		"replacement unready": {func(n *NodeView) {
+			n.Rerolled = map[string]string{"u1": "ns/dp"}
+			n.TargetPods["ns/dp"] = []TargetPod{{Target: "ns/dp", UID: "u2", Created: now}}
+		}, "waiting for a new ns/dp pod", nil},
+		"deleted pod still there": {func(n *NodeView) {
+			n.Rerolled = map[string]string{"u1": "ns/dp"}
+			n.TargetPods["ns/dp"] = []TargetPod{oldPod}
+		}, "re-rolling", []string{"a:delete-1"}},
+		"valid":                       {with(newPod), "", []string{"a:validation-required>uncordon-required"}},
+		"target not on this node":     {func(*NodeView) {}, "", []string{"a:validation-required>uncordon-required"}},
+		"same second as driver ready": {with(TargetPod{Target: "ns/dp", UID: "u3", Created: now.Add(-30 * time.Second).Truncate(time.Second), Ready: true}), "", []string{"a:validation-required>uncordon-required"}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			d := decide(p, nv("a", validating, tc.opt))
+			want(t, d, tc.acts...)
+			if tc.gap != "" && !strings.Contains(d.Waiting["a"], tc.gap) {
+				t.Fatalf("waiting = %q, want it to mention %q", d.Waiting["a"], tc.gap)
+			}
+		})
+	}
+	d := decide(p, nv("a", validating, with(oldPod)))
+	if got := *d.Actions[0].Change.Annotations[keys.UpgradeRerolled()]; got != "u1=ns/dp" {
+		t.Fatalf("re-rolled pods recorded as %q, want u1=ns/dp", got)
+	}
+	late := func(n *NodeView) { n.Since = now.Add(-31 * time.Minute); n.DriverReady = false }
+	d = decide(p, nv("a", validating, late))
+	want(t, d, "a:validation-required>upgrade-failed")
+	if r := *d.Actions[0].Change.Annotations[keys.UpgradeFailureReason()]; !strings.Contains(r, "driver-ready") {
+		t.Fatalf("failure reason %q must name the failed check", r)
+	}
+}
+
+func TestUncordonKeepsPreCordonedNodes(t *testing.T) {
+	p := policy()
+	d := decide(p, nv("a", in(contract.StateUncordonRequired), cordoned, wasCordoned(false), loaded("2.0")))
+	want(t, d, "a:uncordon-required>done")
+	if u := d.Actions[0].Change.Unschedulable; u == nil || *u {
+		t.Fatal("a node the rollout cordoned is uncordoned")
+	}
+	for _, k := range []string{keys.UpgradeState(), keys.UpgradeWasCordoned(), keys.UpgradeBootID(), keys.UpgradeSince()} {
+		v, ok := d.Actions[0].Change.Labels[k]
+		if !ok {
+			v, ok = d.Actions[0].Change.Annotations[k]
+		}
+		if !ok || v != nil {
+			t.Errorf("%s must be removed when done", k)
+		}
+	}
+	d = decide(p, nv("a", in(contract.StateUncordonRequired), cordoned, wasCordoned(true), loaded("2.0")))
+	if d.Actions[0].Change.Unschedulable != nil {
+		t.Fatal("a node cordoned before the upgrade stays cordoned")
+	}
+}
+
+func TestAdmissionBudgets(t *testing.T) {
+	queued := func(name string, opts ...func(*NodeView)) NodeView {
+		return nv(name, append([]func(*NodeView){in(contract.StateUpgradeRequired)}, opts...)...)
+	}
+	fleet := func(n int, opts ...func(*NodeView)) []NodeView {
+		var out []NodeView
+		for i := 0; i < n; i++ {
+			out = append(out, queued(fmt.Sprintf("n%02d", i), opts...))
+		}
+		return out
+	}
+	admitted := func(d Decision) int {
+		c := 0
+		for _, a := range d.Actions {
+			if a.To == contract.StateCordonRequired {
+				c++
+			}
+		}
+		return c
+	}
+	for name, tc := range map[string]struct {
+		p     Policy
+		nodes []NodeView
+		want  int
+	}{
+		"parallel 3 of 12, 25%":   {policy(func(p *Policy) { p.MaxParallel = 3 }), fleet(12), 3},
+		"parallel 1":              {policy(), fleet(12), 1},
+		"unlimited parallel, 25%": {policy(func(p *Policy) { p.MaxParallel = 0 }), fleet(12), 3},
+		"percent rounds up":       {policy(func(p *Policy) { p.MaxParallel = 0 }), fleet(10), 3},
+		"int budget":              {policy(func(p *Policy) { p.MaxParallel = 0; p.MaxUnavailable = intstr.FromInt32(2) }), fleet(12), 2},
+		"pre-cordoned counts": {policy(func(p *Policy) { p.MaxParallel = 3 }),
+			append(fleet(11), nv("z-cordoned", loaded("2.0"), cordoned)), 2},
+		"NotReady counts": {policy(func(p *Policy) { p.MaxParallel = 3 }),
+			append(fleet(11), nv("z-down", loaded("2.0"), notReady)), 2},
+		"in flight counts": {policy(func(p *Policy) { p.MaxParallel = 3 }),
+			append(fleet(11), nv("a-busy", in(contract.StateDrainRequired))), 2},
+		"cordoned candidate costs nothing": {policy(func(p *Policy) { p.MaxParallel = 0; p.MaxUnavailable = intstr.FromInt32(1) }),
+			[]NodeView{queued("a", cordoned), queued("b"), queued("c")}, 1},
+		"NotReady not started": {policy(func(p *Policy) { p.MaxParallel = 0 }), fleet(4, notReady), 0},
+		"paused":               {policy(func(p *Policy) { p.Paused = true }), fleet(4), 0},
+		"skip label":           {policy(func(p *Policy) { p.MaxParallel = 0 }), fleet(4, skip), 0},
+		"failure budget spent": {policy(func(p *Policy) { p.MaxParallel = 0 }), append(fleet(4), nv("f", in(contract.StateFailed))), 0},
+		"failure budget left": {policy(func(p *Policy) { p.MaxParallel = 0; p.MaxFailures = 2; p.MaxUnavailable = intstr.FromString("100%") }),
+			append(fleet(4), nv("f", in(contract.StateFailed))), 4},
+		"no failure limit": {policy(func(p *Policy) { p.MaxParallel = 1; p.MaxFailures = 0 }), append(fleet(4), nv("f", in(contract.StateFailed))), 1},
+		"zero budget":      {policy(func(p *Policy) { p.MaxUnavailable = intstr.FromInt32(0) }), fleet(4), 0},
+	} {
+		t.Run(name, func(t *testing.T) {
+			if got := admitted(decide(tc.p, tc.nodes...)); got != tc.want {
+				t.Fatalf("admitted %d nodes, want %d", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestAdmissionRecordsCordonHistory(t *testing.T) {
+	d := decide(policy(), nv("a", in(contract.StateUpgradeRequired), cordoned))
+	if v := *d.Actions[0].Change.Annotations[keys.UpgradeWasCordoned()]; v != "true" {
+		t.Fatalf("was-cordoned = %s, want true", v)
+	}
+	// A retried node keeps the first record (it is cordoned by now).
+	d = decide(policy(), nv("a", in(contract.StateUpgradeRequired), cordoned, wasCordoned(false)))
+	if _, ok := d.Actions[0].Change.Annotations[keys.UpgradeWasCordoned()]; ok {
+		t.Fatal("the first was-cordoned record must be kept on retry")
+	}
+}
+
+func TestCanaryFirst(t *testing.T) {
+	p := policy(func(p *Policy) { p.MaxParallel = 0; p.MaxUnavailable = intstr.FromString("100%") })
+	q := in(contract.StateUpgradeRequired)
+	want(t, decide(p, nv("a", q), nv("b", q, canary), nv("c", q)), "b:upgrade-required>cordon-required")
+	// Canary in flight: the rest wait.
+	d := decide(p, nv("a", q), nv("b", canary, in(contract.StateRebootRequired), rebooting))
+	want(t, d)
+	if !strings.Contains(d.Waiting["a"], "canary") {
+		t.Fatalf("waiting = %q", d.Waiting["a"])
+	}
+	// Canary done: the rest go.
+	want(t, decide(p, nv("a", q), nv("b", canary, loaded("2.0")), nv("c", q)),
+		"a:upgrade-required>cordon-required", "c:upgrade-required>cordon-required")
+	// Canary failed: stuck.
+	d = decide(p, nv("a", q), nv("b", canary, in(contract.StateFailed)))
+	if d.Outcome != Stuck {
+		t.Fatalf("a failed canary must stop the rollout, got %s", d.Outcome)
+	}
+}
+
+func TestOutcomes(t *testing.T) {
+	if d := decide(policy(), nv("a", loaded("2.0")), nv("b", loaded("2.0"))); d.Outcome != Finished {
+		t.Fatalf("all up to date: %s", d.Outcome)
+	}
+	if d := decide(policy(func(p *Policy) { p.Paused = true }), nv("a", in(contract.StateUpgradeRequired))); d.Outcome != Paused {
+		t.Fatalf("paused: %s", d.Outcome)
+	}
+	if d := decide(policy(), nv("a", in(contract.StateFailed)), nv("b", loaded("2.0"))); d.Outcome != Stuck {
+		t.Fatalf("failed node left: %s", d.Outcome)
+	}
+	if d := decide(policy(), nv("a", in(contract.StateUpgradeRequired)), nv("f", in(contract.StateFailed))); d.Outcome != Stuck {
+		t.Fatalf("failure budget spent with nodes queued: %s", d.Outcome)
+	}
+	if d := decide(policy(), nv("a", in(contract.StateUpgradeRequired), notReady)); d.Outcome != Running {
+		t.Fatalf("NotReady node may come back: %s", d.Outcome)
+	}
+	if d := Decide(Snapshot{Busy: map[string]bool{"a": true}, Nodes: []NodeView{nv("a", in(contract.StatePodDeletionRequired))}}, policy(), keys, now); len(d.Actions) != 0 || d.Outcome != Running {
+		t.Fatalf("a busy node gets no action and the rollout keeps running: %v %s", moves(d), d.Outcome)
+	}
+	if d := Decide(Snapshot{NoDriver: true}, policy(), keys, now); d.Outcome != Finished {
+		t.Fatalf("no driver managed: %s", d.Outcome)
+	}
+}
+
+func TestUnknownStateFails(t *testing.T) {
+	n := nv("a", func(n *NodeView) { n.StateKnown, n.RawState = false, "exploded" })
+	d := decide(policy(), n)
+	want(t, d, "a:done>upgrade-failed")
+	if r := *d.Actions[0].Change.Annotations[keys.UpgradeFailureReason()]; !strings.Contains(r, "exploded") {
+		t.Fatalf("reason %q must name the bad value", r)
+	}
+}
+
+func TestRollbackBeforeRebootReturnsNode(t *testing.T) {
+	want(t, decide(policy(), nv("a", in(contract.StateDrainRequired), loaded("2.0"))), "a:drain-required>uncordon-required")
+	want(t, decide(policy(), nv("a", in(contract.StateUpgradeRequired), loaded("2.0"))), "a:upgrade-required>done")
+}
+
+func TestFailureBeforeRebootUncordons(t *testing.T) {
+	b := builder{k: keys, now: now}
+	a := b.fail(nv("a", in(contract.StatePodDeletionRequired), wasCordoned(false)), StepPodDeletion, "PDB")
+	if a.Change.Unschedulable == nil || *a.Change.Unschedulable {
+		t.Fatal("a node that failed before its reboot runs the old driver: give it back")
+	}
+	a = b.fail(nv("a", in(contract.StatePodDeletionRequired), wasCordoned(true)), StepPodDeletion, "PDB")
+	if a.Change.Unschedulable != nil {
+		t.Fatal("a node cordoned before the upgrade stays cordoned")
+	}
+	if len(a.Events) != 1 || !strings.Contains(a.Events[0].Message, "driver-upgrade-state=upgrade-required") {
+		t.Fatalf("the UpgradeFailed event must say how to retry: %+v", a.Events)
+	}
+}
+
+func TestStragglersReRolledAtTheEnd(t *testing.T) {
+	drv := &DriverPod{Name: "d", Version: "2.0", Ready: true, ReadyAt: now.Add(-time.Minute)}
+	n := nv("a", loaded("2.0"), func(n *NodeView) {
+		n.Driver = drv
+		n.TargetPods["ns/dp"] = []TargetPod{{UID: "old", Created: now.Add(-time.Hour)}}
+	})
+	d := decide(policy(), n)
+	want(t, d, "a:delete-1")
+	if d.Outcome != Running {
+		t.Fatalf("with stragglers the rollout is not finished: %s", d.Outcome)
+	}
+}
+
+func TestPlanOrdersCanariesAndWaves(t *testing.T) {
+	p := policy(func(p *Policy) { p.MaxParallel = 2; p.MaxUnavailable = intstr.FromString("100%") })
+	s := Snapshot{Nodes: []NodeView{nv("a"), nv("b", canary), nv("c"), nv("d"), nv("e", skip), nv("f", loaded("2.0")), nv("g", notReady)}}
+	got := Plan(s, p)
+	var order []string
+	for _, e := range got {
+		order = append(order, fmt.Sprintf("%d/%d:%s", e.Order, e.Wave, e.Node))
+	}
+	exp := "1/1:b 2/2:a 3/2:c 4/3:d 0/0:e 0/0:f 0/0:g"
+	if strings.Join(order, " ") != exp {
+		t.Fatalf("plan = %s, want %s", strings.Join(order, " "), exp)
+	}
+	if !strings.Contains(got[4].Note, "skip") || !strings.Contains(got[6].Note, "NotReady") {
+		t.Fatalf("skipped nodes must say why: %+v", got[4:])
+	}
+}
+
+func sn(s contract.UpgradeState) string {
+	if s == "" {
+		return "done"
+	}
+	return string(s)
+}
