@@ -20,9 +20,22 @@ func Write(path string, data []byte, mode os.FileMode) error {
 	}, mode)
 }
 
+// WriteVerified replaces path with data and mode once verify accepts the
+// temporary file, so that a reader never sees content that fails it.
+func WriteVerified(path string, data []byte, mode os.FileMode, verify func(tmpPath string) error) error {
+	return write(path, func(w io.Writer) error {
+		_, err := w.Write(data)
+		return err
+	}, mode, verify)
+}
+
 // WriteFrom replaces path with what fill writes, and mode. The temporary
 // file lives next to path so the final rename never crosses filesystems.
 func WriteFrom(path string, fill func(io.Writer) error, mode os.FileMode) error {
+	return write(path, fill, mode, nil)
+}
+
+func write(path string, fill func(io.Writer) error, mode os.FileMode, verify func(string) error) error {
 	dir := filepath.Dir(path)
 	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
 	if err != nil {
@@ -42,6 +55,11 @@ func WriteFrom(path string, fill func(io.Writer) error, mode os.FileMode) error 
 	cerr := tmp.Close()
 	if err := errors.Join(werr, cherr, serr, cerr); err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if verify != nil {
+		if err := verify(tmp.Name()); err != nil {
+			return fmt.Errorf("write %s: %w", path, err)
+		}
 	}
 	if err := os.Rename(tmp.Name(), path); err != nil {
 		return fmt.Errorf("write %s: %w", path, err)

@@ -70,6 +70,10 @@ const (
 	EventUpgradeFailed    EventReason = "UpgradeFailed"
 	EventChipWedged       EventReason = "ChipWedged"
 	EventChipRecovered    EventReason = "ChipRecovered"
+	// Events of the driver pod's entry gate (npu-healthwatch driver-entry).
+	EventDriverLoaded            EventReason = "DriverLoaded"
+	EventDriverActivationPending EventReason = "DriverActivationPending"
+	EventDriverInstallFailed     EventReason = "DriverInstallFailed"
 )
 
 // Values of boolean labels and annotations.

@@ -88,6 +88,14 @@ func Create(dir string, spec Spec) (*Host, error) {
 	}
 	h := Open(dir)
 	st := State{BootID: newBootID(), BootTime: h.clock(), Chip: spec.Chip, ChipCount: spec.ChipCount, LoadedDriver: spec.Driver}
+	if spec.Driver != "" {
+		if err := h.installFiles(st); err != nil {
+			return nil, err
+		}
+		if err := h.createDevices(st); err != nil {
+			return nil, err
+		}
+	}
 	if err := h.write(&st); err != nil {
 		return nil, err
 	}
@@ -178,6 +186,9 @@ func (h *Host) CompleteReboot() (bool, error) {
 		if !st.StickyWedge {
 			st.Wedged = nil
 		}
+		if err := h.removeDevices(); err != nil {
+			return err
+		}
 		return os.RemoveAll(h.Path("/run"))
 	})
 	return done, err
@@ -215,7 +226,7 @@ func (h *Host) LoadDriver(version string) error {
 			return fmt.Errorf("simulated host %s: driver %s already loaded, cannot load %s without a reboot", h.Dir, st.LoadedDriver, version)
 		}
 		st.LoadedDriver = version
-		return nil
+		return h.createDevices(*st)
 	})
 }
 
@@ -236,7 +247,7 @@ func (h *Host) InstallDriver(_ context.Context, version string, argv []string) e
 	return h.Update(func(st *State) error {
 		st.Installs++
 		st.LastInstallCommand = argv
-		return nil
+		return h.installFiles(*st)
 	})
 }
 

@@ -138,3 +138,23 @@ func TestStickyWedgeSurvivesReboot(t *testing.T) {
 		t.Fatalf("sticky wedge lost in a reboot: %v", st.Wedged)
 	}
 }
+
+func TestDriverCreatesDevicesAndTreeAndRebootRemovesDevices(t *testing.T) {
+	h := newHost(t, Spec{Chip: "910b", ChipCount: 2})
+	if exists(h.Path("/dev/davinci0")) {
+		t.Fatal("device node without a driver")
+	}
+	if err := h.InstallDriver(context.Background(), "25.3.0", []string{"/install.sh"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{"/dev/davinci0", "/dev/davinci1", "/dev/davinci_manager", "/dev/devmm_svm", "/dev/hisi_hdc", DriverRoot + "/lib64", DriverRoot + "/tools/npu-smi"} {
+		if !exists(h.Path(p)) {
+			t.Errorf("%s missing after driver install", p)
+		}
+	}
+	_ = h.Reboot(context.Background(), host.RebootSystemd)
+	_, _ = h.CompleteReboot()
+	if exists(h.Path("/dev/davinci0")) || exists(h.Path("/dev/davinci_manager")) || !exists(h.Path(DriverRoot+"/lib64")) {
+		t.Fatal("after reboot: want no device nodes and the driver tree kept")
+	}
+}

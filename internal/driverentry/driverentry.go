@@ -1,0 +1,197 @@
+// Package driverentry is the driver pod's entry gate (DESIGN.md §4): it
+// wraps the vendor install command and never unloads a running driver,
+// because Ascend chips do not survive rmmod. On a fresh boot it installs
+// the desired version; with another version loaded it records that one and
+// leaves the switch to the next reboot, which the rollout schedules. Either
+// way the pod then idles, Ready, so a version bump replaces every driver
+// pod at once without touching the chips.
+package driverentry
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/sirupsen/logrus"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/openfuyao/npu-stack/internal/contract"
+	"github.com/openfuyao/npu-stack/internal/host"
+	"github.com/openfuyao/npu-stack/internal/kube"
+	"github.com/openfuyao/npu-stack/internal/marker"
+	"github.com/openfuyao/npu-stack/internal/npusmi"
+)
+
+// Plan is what the gate does given the loaded and desired versions.
+type Plan struct {
+	// Install: no driver is loaded (fresh boot), install the desired one.
+	Install bool
+	// Desired is the version the pod was configured with.
+	Desired string
+	// Loaded is the version that is (or, after Install, will be) in the
+	// kernel: what the node label and the marker record.
+	Loaded string
+	// Pending is set when Desired differs from an already loaded version:
+	// only a reboot activates it.
+	Pending bool
+}
+
+// Decide is the gate's whole policy.
+func Decide(loaded, desired string) Plan {
+	switch loaded {
+	case "":
+		return Plan{Install: true, Desired: desired, Loaded: desired}
+	case desired:
+		return Plan{Desired: desired, Loaded: loaded}
+	default:
+		return Plan{Desired: desired, Loaded: loaded, Pending: true}
+	}
+}
+
+// Config is what the gate is told.
+type Config struct {
+	NodeName      string
+	Keys          contract.Keys
+	DriverVersion string
+	// DriverRoot is the host driver tree (as this process reaches it),
+	// checked after an install.
+	DriverRoot     string
+	Markers        marker.Dir
+	InstallCommand []string
+}
+
+// Validate rejects a configuration the gate cannot act on.
+func (c Config) Validate() error {
+	switch {
+	case c.NodeName == "":
+		return errors.New("--node-name is empty: set it from the downward API (spec.nodeName)")
+	case c.DriverVersion == "":
+		return errors.New("--driver-version is empty: set driver.version in the chart values")
+	case len(c.InstallCommand) == 0:
+		return errors.New("no vendor install command after --: set driver.installCommand in the chart values")
+	}
+	return nil
+}
+
+// EventRecorder emits Events on Nodes (kube.Recorder in the binary).
+type EventRecorder interface {
+	Node(node *corev1.Node, warning bool, reason contract.EventReason, format string, args ...any)
+}
+
+// Deps are the gate's collaborators.
+type Deps struct {
+	Client kubernetes.Interface
+	Host   host.Host
+	Events EventRecorder
+	Log    logrus.FieldLogger
+}
+
+// Prepare brings the node to a usable driver and records it: install on a
+// fresh boot, marker and node label in every case. It returns the plan it
+// carried out.
+func Prepare(ctx context.Context, cfg Config, d Deps) (Plan, error) {
+	if err := cfg.Validate(); err != nil {
+		return Plan{}, err
+	}
+	log := d.Log.WithFields(logrus.Fields{"node": cfg.NodeName, "desired": cfg.DriverVersion})
+	loaded, err := d.Host.LoadedDriver(ctx)
+	if err != nil {
+		return Plan{}, fmt.Errorf("node %s: read the loaded driver version: %w", cfg.NodeName, err)
+	}
+	plan := Decide(loaded, cfg.DriverVersion)
+	node, err := d.Client.CoreV1().Nodes().Get(ctx, cfg.NodeName, metav1.GetOptions{})
+	if err != nil {
+		return plan, fmt.Errorf("get node %s: %w", cfg.NodeName, err)
+	}
+	if plan.Install {
+		if err := install(ctx, cfg, d, log); err != nil {
+			d.Events.Node(node, true, contract.EventDriverInstallFailed, "driver %s: %v", cfg.DriverVersion, err)
+			return plan, err
+		}
+	}
+	if err := recordChips(ctx, cfg, d, plan.Install, log); err != nil {
+		log.WithError(err).Warn("chip count at driver load not recorded; the health-watch checks chip health only")
+	}
+	wedged, err := cfg.Markers.Wedged()
+	if err != nil {
+		return plan, err
+	}
+	if wedged {
+		// The health-watch took the marker away in this boot and restores
+		// it itself if the chips recover; writing it here would advertise
+		// wedged chips as ready.
+		log.Warn("chips are marked wedged in this boot; leaving the driver-ready marker to the health-watch")
+	} else if err := cfg.Markers.SetReady(plan.Loaded); err != nil {
+		return plan, fmt.Errorf("node %s: %w", cfg.NodeName, err)
+	}
+	node, err = kube.PatchNode(ctx, d.Client, cfg.NodeName, kube.NodeChange{Labels: map[string]*string{cfg.Keys.DriverVersion(): kube.Set(plan.Loaded)}})
+	if err != nil {
+		return plan, err
+	}
+	switch {
+	case plan.Install:
+		log.Info("driver installed and loaded")
+		d.Events.Node(node, false, contract.EventDriverLoaded, "driver %s installed and loaded on a fresh boot", plan.Loaded)
+	case plan.Pending:
+		log.WithField("loaded", plan.Loaded).Warn("another driver version is loaded; it stays loaded (chips do not survive unloading) and a reboot activates the desired one")
+		d.Events.Node(node, false, contract.EventDriverActivationPending,
+			"driver %s stays loaded (chips cannot survive unloading it); driver %s is activated by the next reboot, which the rollout schedules", plan.Loaded, plan.Desired)
+	default:
+		log.Info("desired driver already loaded")
+	}
+	return plan, nil
+}
+
+// Run prepares the driver, then idles until ctx ends: the driver container
+// must keep running for the pod to stay Ready.
+func Run(ctx context.Context, cfg Config, d Deps) error {
+	if _, err := Prepare(ctx, cfg, d); err != nil {
+		return err
+	}
+	<-ctx.Done()
+	return nil
+}
+
+func install(ctx context.Context, cfg Config, d Deps, log logrus.FieldLogger) error {
+	log.WithField("command", strings.Join(cfg.InstallCommand, " ")).Info("no driver loaded: installing")
+	if err := d.Host.InstallDriver(ctx, cfg.DriverVersion, cfg.InstallCommand); err != nil {
+		return fmt.Errorf("node %s: install driver %s with %q failed: %w; see the installer output above in this container's log, fix the driver image or driver.installCommand, and the pod retries", cfg.NodeName, cfg.DriverVersion, strings.Join(cfg.InstallCommand, " "), err)
+	}
+	now, err := d.Host.LoadedDriver(ctx)
+	if err != nil {
+		return fmt.Errorf("node %s: read the loaded driver version after installing %s: %w", cfg.NodeName, cfg.DriverVersion, err)
+	}
+	if now != cfg.DriverVersion {
+		return fmt.Errorf("node %s: the installer for driver %s succeeded but the kernel reports %q loaded; check that the driver image matches driver.version", cfg.NodeName, cfg.DriverVersion, now)
+	}
+	if cfg.DriverRoot != "" {
+		if _, err := os.Stat(filepath.Join(cfg.DriverRoot, "lib64")); err != nil {
+			log.WithError(err).Warn("driver root has no lib64 after the install; CDI generation and the device plugin will not find the driver libraries (check driver.hostDriverPath)")
+		}
+	}
+	return nil
+}
+
+// recordChips remembers how many chips the driver brought up, the count
+// the health-watch later insists on. It is per boot: only a fresh load (or
+// the first run in a boot) sets it.
+func recordChips(ctx context.Context, cfg Config, d Deps, fresh bool, log logrus.FieldLogger) error {
+	if _, ok, err := cfg.Markers.ChipsAtLoad(); err == nil && ok && !fresh {
+		return nil
+	}
+	out, err := d.Host.NPUSMI(ctx, "info")
+	if err != nil {
+		return fmt.Errorf("npu-smi info: %w", err)
+	}
+	info, err := npusmi.Parse(out)
+	if err != nil {
+		return err
+	}
+	log.WithField("chips", len(info.Chips)).Info("chips visible after driver load")
+	return cfg.Markers.SetChipsAtLoad(len(info.Chips))
+}

@@ -1,0 +1,166 @@
+package health
+
+import (
+	"fmt"
+
+	"github.com/openfuyao/npu-stack/internal/contract"
+)
+
+// NodeView is what the watch reads from its Node.
+type NodeView struct {
+	RebootRequired bool
+	RebootReason   string
+	// DriverReady is the driver-ready label value, "" when absent.
+	DriverReady string
+}
+
+// RecoveryRequested is a pending reboot that a wedge asked for.
+func (v NodeView) RecoveryRequested() bool {
+	return v.RebootRequired && v.RebootReason == string(contract.ReasonRecovery)
+}
+
+// OtherRebootRequested is a pending reboot for another reason (an upgrade),
+// which the watch must never alter; it resets the chips all the same.
+func (v NodeView) OtherRebootRequested() bool {
+	return v.RebootRequired && v.RebootReason != string(contract.ReasonRecovery)
+}
+
+// Observation is everything one decision looks at.
+type Observation struct {
+	Probe Result
+	// Marker is whether the driver-ready marker exists.
+	Marker bool
+	// WedgeRecorded is whether this boot's wedge record exists: the watch
+	// removed the marker and owes its restoration.
+	WedgeRecorded bool
+	Node          NodeView
+}
+
+// Policy is the configured tolerance.
+type Policy struct {
+	// FailureThreshold consecutive failed probes make a wedge.
+	FailureThreshold int
+}
+
+// State is what the watch remembers between probes. It is deliberately
+// only a counter: everything that must survive a restart is on the Node
+// or in the marker directory.
+type State struct {
+	Failures int
+}
+
+// Event is an Event to emit on the Node.
+type Event struct {
+	Reason  contract.EventReason
+	Warning bool
+	Message string
+}
+
+// Actions are the changes one decision asks for. The watcher applies the
+// Node patch first, then records a wedge before removing the marker (and
+// restores the marker before clearing the record), so a crash at any point
+// leaves a state from which the next decision converges.
+type Actions struct {
+	// DriverReady, if set, is the new driver-ready label value.
+	DriverReady *bool
+	// RequestRecovery sets reboot-required=true and reason recovery;
+	// WithdrawRecovery removes both.
+	RequestRecovery, WithdrawRecovery bool
+	RemoveMarker, RestoreMarker       bool
+	RecordWedge, ClearWedge           bool
+	Events                            []Event
+}
+
+// Empty reports whether nothing needs doing.
+func (a Actions) Empty() bool {
+	return a.DriverReady == nil && !a.RequestRecovery && !a.WithdrawRecovery && !a.RemoveMarker &&
+		!a.RestoreMarker && !a.RecordWedge && !a.ClearWedge && len(a.Events) == 0
+}
+
+// Decide turns one probe into actions. The node counts as wedged when this
+// boot has a wedge record or the Node carries a recovery reboot request, so
+// a restarted watch resumes from what it finds instead of assuming health.
+//
+//   - Probe passes: a wedge is a false positive (or healed) and is undone:
+//     the recovery request withdrawn, the marker restored if the watch took
+//     it, driver-ready back to whether a marker exists.
+//   - Probe fails while wedged: stay wedged (and finish what a crash left
+//     half done).
+//   - Probe fails with no marker and no wedge: the driver is not up yet
+//     (fresh boot, install running); nothing to judge.
+//   - Probe fails with a marker: count; at the threshold, wedge: take the
+//     marker away, driver-ready=false and ask for a recovery reboot unless
+//     another reboot is already pending.
+func Decide(p Policy, st State, obs Observation) (State, Actions) {
+	var a Actions
+	setReady := func(v bool) {
+		want := contract.False
+		if v {
+			want = contract.True
+		}
+		if obs.Node.DriverReady != want {
+			a.DriverReady = &v
+		}
+	}
+	recovery := obs.Node.RecoveryRequested()
+	wedged := obs.WedgeRecorded || recovery
+
+	if obs.Probe.OK {
+		st.Failures = 0
+		if !wedged {
+			setReady(obs.Marker)
+			return st, a
+		}
+		a.WithdrawRecovery = recovery
+		ready := obs.Marker
+		if obs.WedgeRecorded {
+			a.ClearWedge = true
+			a.RestoreMarker = !obs.Marker
+			ready = true
+		}
+		setReady(ready)
+		msg := "chips healthy again"
+		if recovery {
+			msg += "; reboot request with reason=recovery withdrawn"
+		}
+		if a.RestoreMarker {
+			msg += "; driver-ready marker restored"
+		}
+		a.Events = append(a.Events, Event{Reason: contract.EventChipRecovered, Message: msg})
+		return st, a
+	}
+
+	if wedged {
+		st.Failures = min(st.Failures+1, p.FailureThreshold)
+		// Record the wedge only when taking a marker away: a missing
+		// marker with no record was never written this boot (the driver
+		// entry is still at work) and is not the watch's to restore.
+		a.RemoveMarker = obs.Marker
+		a.RecordWedge = obs.Marker && !obs.WedgeRecorded
+		setReady(false)
+		return st, a
+	}
+	if !obs.Marker {
+		st.Failures = 0
+		setReady(false)
+		return st, a
+	}
+	st.Failures++
+	if st.Failures < p.FailureThreshold {
+		return st, a
+	}
+	a.RemoveMarker, a.RecordWedge = true, true
+	setReady(false)
+	cause := fmt.Sprintf("%d consecutive failed chip probes, last: %s", st.Failures, obs.Probe.Reason)
+	if obs.Node.OtherRebootRequested() {
+		a.Events = append(a.Events, Event{Reason: contract.EventChipWedged, Warning: true, Message: fmt.Sprintf(
+			"%s; driver-ready=false, marker removed; a reboot with reason=%s is already pending and will reset the chips, so no recovery reboot is requested", cause, obs.Node.RebootReason)})
+		return st, a
+	}
+	a.RequestRecovery = true
+	a.Events = append(a.Events,
+		Event{Reason: contract.EventChipWedged, Warning: true, Message: fmt.Sprintf("%s; driver-ready=false, marker removed, reboot requested with reason=%s", cause, contract.ReasonRecovery)},
+		Event{Reason: contract.EventRebootRequired, Warning: true, Message: fmt.Sprintf("reason=%s: %s", contract.ReasonRecovery, cause)},
+	)
+	return st, a
+}

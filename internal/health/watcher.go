@@ -1,0 +1,285 @@
+package health
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/sirupsen/logrus"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/clock"
+
+	"github.com/openfuyao/npu-stack/internal/contract"
+	"github.com/openfuyao/npu-stack/internal/host"
+	"github.com/openfuyao/npu-stack/internal/kube"
+	"github.com/openfuyao/npu-stack/internal/marker"
+)
+
+// EventRecorder emits Events on Nodes (kube.Recorder in the binary).
+type EventRecorder interface {
+	Node(node *corev1.Node, warning bool, reason contract.EventReason, format string, args ...any)
+}
+
+// Config is what the watch is told.
+type Config struct {
+	NodeName string
+	Keys     contract.Keys
+	Markers  marker.Dir
+	Interval time.Duration
+	Timeout  time.Duration
+	Policy   Policy
+	// ExpectedChips is the chip count a probe must see; 0 = the count the
+	// driver entry recorded at driver load (no check if none was).
+	ExpectedChips int
+}
+
+// Validate rejects a configuration that could never detect anything.
+func (c Config) Validate() error {
+	switch {
+	case c.NodeName == "":
+		return errors.New("--node-name is empty: set it from the downward API (spec.nodeName)")
+	case c.Interval <= 0:
+		return fmt.Errorf("--probe-interval %s must be positive", c.Interval)
+	case c.Timeout <= 0:
+		return fmt.Errorf("--probe-timeout %s must be positive", c.Timeout)
+	case c.Policy.FailureThreshold < 1:
+		return fmt.Errorf("--failure-threshold %d must be at least 1", c.Policy.FailureThreshold)
+	case c.ExpectedChips < 0:
+		return fmt.Errorf("--expected-chips %d must not be negative", c.ExpectedChips)
+	}
+	return nil
+}
+
+// Watcher probes the chips and keeps the Node and marker directory in
+// line with what Decide says.
+type Watcher struct {
+	cfg     Config
+	client  kubernetes.Interface
+	host    host.Host
+	clock   clock.WithTickerAndDelayedExecution
+	prober  Prober
+	events  EventRecorder
+	metrics *Metrics
+	log     logrus.FieldLogger
+
+	state State
+	// markerSeen is whether the last step saw the marker, so that a marker
+	// written by the driver entry triggers a probe at once.
+	markerSeen bool
+}
+
+// Deps are the watcher's collaborators; Metrics may be nil.
+type Deps struct {
+	Client  kubernetes.Interface
+	Host    host.Host
+	Clock   clock.WithTickerAndDelayedExecution
+	Events  EventRecorder
+	Metrics *Metrics
+	Log     logrus.FieldLogger
+}
+
+// NewWatcher builds a watcher; call Run or Step.
+func NewWatcher(cfg Config, d Deps) *Watcher {
+	return &Watcher{
+		cfg: cfg, client: d.Client, host: d.Host, clock: d.Clock, events: d.Events, metrics: d.Metrics,
+		log:    d.Log.WithField("node", cfg.NodeName),
+		prober: Prober{Host: d.Host, Clock: d.Clock, Timeout: cfg.Timeout},
+	}
+}
+
+// Run probes every Interval, and at once when the marker appears, until
+// ctx ends.
+func (w *Watcher) Run(ctx context.Context) error {
+	if err := w.cfg.Validate(); err != nil {
+		return err
+	}
+	changes, err := w.watchMarkers(ctx)
+	if err != nil {
+		w.log.WithError(err).Warn("marker directory not watched; a new marker is seen at the next probe")
+	}
+	w.log.WithFields(logrus.Fields{"interval": w.cfg.Interval, "timeout": w.cfg.Timeout, "threshold": w.cfg.Policy.FailureThreshold}).Info("health-watch started")
+	w.stepLogged(ctx)
+	timer := w.clock.NewTimer(w.cfg.Interval)
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-timer.C():
+			w.stepLogged(ctx)
+			timer.Reset(w.cfg.Interval)
+		case <-changes:
+			if _, present, err := w.cfg.Markers.Ready(); err == nil && present && !w.markerSeen {
+				w.stepLogged(ctx)
+				if !timer.Stop() {
+					select {
+					case <-timer.C():
+					default:
+					}
+				}
+				timer.Reset(w.cfg.Interval)
+			}
+		}
+	}
+}
+
+func (w *Watcher) watchMarkers(ctx context.Context) (<-chan struct{}, error) {
+	if err := mkdirAll(w.cfg.Markers.Path); err != nil {
+		return nil, err
+	}
+	return w.cfg.Markers.Changes(ctx)
+}
+
+func (w *Watcher) stepLogged(ctx context.Context) {
+	if err := w.Step(ctx); err != nil && ctx.Err() == nil {
+		w.log.WithError(err).Warn("health step failed; retrying at the next probe")
+	}
+}
+
+// Step runs one probe and applies the decision.
+func (w *Watcher) Step(ctx context.Context) error {
+	_, markerPresent, err := w.cfg.Markers.Ready()
+	if err != nil {
+		return err
+	}
+	recorded, err := w.cfg.Markers.Wedged()
+	if err != nil {
+		return err
+	}
+	expected, err := w.expectedChips()
+	if err != nil {
+		return err
+	}
+	res := w.prober.Probe(ctx, expected)
+	if ctx.Err() != nil {
+		// Shutting down: a cancelled probe says nothing about the chips.
+		return ctx.Err()
+	}
+	obs := Observation{Probe: res, Marker: markerPresent, WedgeRecorded: recorded}
+	// The Node may change between our read and our write (the rollout
+	// setting an upgrade reboot); a conditional patch refuses that, and a
+	// fresh read decides again on the same probe.
+	for attempt := 0; ; attempt++ {
+		node, err := w.client.CoreV1().Nodes().Get(ctx, w.cfg.NodeName, metav1.GetOptions{})
+		if err != nil {
+			return fmt.Errorf("get node %s: %w", w.cfg.NodeName, err)
+		}
+		obs.Node = w.view(node)
+		st, acts := Decide(w.cfg.Policy, w.state, obs)
+		w.logProbe(res, st, obs)
+		err = w.apply(ctx, node, res, acts)
+		if apierrors.IsConflict(err) && attempt < 3 {
+			continue
+		}
+		w.state = st
+		w.markerSeen = (markerPresent || acts.RestoreMarker) && !acts.RemoveMarker
+		w.metrics.observe(res, st, (recorded || acts.RecordWedge || obs.Node.RecoveryRequested() || acts.RequestRecovery) && !acts.ClearWedge && !acts.WithdrawRecovery)
+		return err
+	}
+}
+
+func (w *Watcher) expectedChips() (int, error) {
+	if w.cfg.ExpectedChips > 0 {
+		return w.cfg.ExpectedChips, nil
+	}
+	n, _, err := w.cfg.Markers.ChipsAtLoad()
+	return n, err
+}
+
+func (w *Watcher) view(n *corev1.Node) NodeView {
+	k := w.cfg.Keys
+	return NodeView{
+		RebootRequired: n.Labels[k.RebootRequired()] == contract.True,
+		RebootReason:   n.Annotations[k.RebootReason()],
+		DriverReady:    n.Labels[k.DriverReady()],
+	}
+}
+
+func (w *Watcher) logProbe(r Result, st State, obs Observation) {
+	f := w.log.WithFields(logrus.Fields{"chips": len(r.Info.Chips), "failures": st.Failures, "marker": obs.Marker})
+	switch {
+	case r.OK:
+		f.Debug("probe ok")
+	case obs.Marker || obs.WedgeRecorded:
+		f.WithField("reason", r.Reason).Warn("chip probe failed")
+	default:
+		f.WithField("reason", r.Reason).Debug("chip probe failed while the driver is not ready yet")
+	}
+}
+
+// apply carries out acts: Node first, then the marker files in an order
+// that Decide can resume from after a crash, then the Events.
+func (w *Watcher) apply(ctx context.Context, node *corev1.Node, r Result, acts Actions) error {
+	if acts.Empty() {
+		return nil
+	}
+	k := w.cfg.Keys
+	change := kube.NodeChange{Labels: map[string]*string{}, Annotations: map[string]*string{}}
+	if acts.DriverReady != nil {
+		change.Labels[k.DriverReady()] = kube.Set(strconv.FormatBool(*acts.DriverReady))
+	}
+	if acts.RequestRecovery {
+		change.Labels[k.RebootRequired()] = kube.Set(contract.True)
+		change.Annotations[k.RebootReason()] = kube.Set(string(contract.ReasonRecovery))
+	}
+	if acts.WithdrawRecovery {
+		change.Labels[k.RebootRequired()] = nil
+		change.Annotations[k.RebootReason()] = nil
+	}
+	if len(change.Labels)+len(change.Annotations) > 0 {
+		var err error
+		if acts.RequestRecovery || acts.WithdrawRecovery {
+			node, err = kube.PatchNodeIf(ctx, w.client, node.Name, node.ResourceVersion, change)
+		} else {
+			node, err = kube.PatchNode(ctx, w.client, node.Name, change)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	m := w.cfg.Markers
+	if acts.RecordWedge {
+		if err := m.RecordWedge(r.Reason); err != nil {
+			return err
+		}
+	}
+	if acts.RemoveMarker {
+		if err := m.ClearReady(); err != nil {
+			return err
+		}
+	}
+	if acts.RestoreMarker {
+		version, err := w.host.LoadedDriver(ctx)
+		if err != nil || version == "" {
+			version = r.Info.Version
+		}
+		if err := m.SetReady(version); err != nil {
+			return err
+		}
+	}
+	if acts.ClearWedge {
+		if err := m.ClearWedge(); err != nil {
+			return err
+		}
+	}
+	for _, e := range acts.Events {
+		w.events.Node(node, e.Warning, e.Reason, "%s", e.Message)
+	}
+	w.log.WithFields(logrus.Fields{
+		"driverReady": fmtBoolPtr(acts.DriverReady), "requestRecovery": acts.RequestRecovery, "withdrawRecovery": acts.WithdrawRecovery,
+		"removeMarker": acts.RemoveMarker, "restoreMarker": acts.RestoreMarker, "events": len(acts.Events),
+	}).Info("node health changed")
+	return nil
+}
+
+func fmtBoolPtr(b *bool) string {
+	if b == nil {
+		return "unchanged"
+	}
+	return strconv.FormatBool(*b)
+}

@@ -1,0 +1,155 @@
+// Package marker keeps the per-boot files of the driver pod in the marker
+// directory (driver.markerDir, /run/npu-stack by default, emptied by every
+// reboot):
+//
+//   - driver-ready (contract.MarkerFile): the driver is loaded and usable;
+//     it holds the loaded version. The readiness probe, the device plugin's
+//     gate and the validator read it.
+//   - chips-at-load: how many chips npu-smi showed right after the driver
+//     loaded, the default count a later probe must still see.
+//   - wedged: the health-watch took driver-ready away because the chips
+//     wedged, so it (not the driver entry) restores it if they recover.
+//
+// Files, not memory, because the containers that write and read them restart
+// independently, and /run being per boot gives the right lifetime for free.
+package marker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/fsnotify/fsnotify"
+
+	"github.com/openfuyao/npu-stack/internal/atomicfile"
+	"github.com/openfuyao/npu-stack/internal/contract"
+)
+
+const (
+	chipsFile  = "chips-at-load"
+	wedgedFile = "wedged"
+)
+
+// Dir is the marker directory as this process reaches it (already mapped
+// through host.Host.Path).
+type Dir struct{ Path string }
+
+func (d Dir) file(name string) string { return filepath.Join(d.Path, name) }
+
+// ReadyFile is the path of the driver-ready marker.
+func (d Dir) ReadyFile() string { return d.file(contract.MarkerFile) }
+
+// Ready returns the version the marker holds and whether it exists.
+func (d Dir) Ready() (string, bool, error) {
+	b, err := os.ReadFile(d.ReadyFile())
+	if errors.Is(err, os.ErrNotExist) {
+		return "", false, nil
+	}
+	if err != nil {
+		return "", false, fmt.Errorf("read driver-ready marker: %w", err)
+	}
+	return strings.TrimSpace(string(b)), true, nil
+}
+
+// SetReady writes the marker for the loaded driver version.
+func (d Dir) SetReady(version string) error {
+	return d.write(contract.MarkerFile, version)
+}
+
+// ClearReady removes the marker; a missing marker is not an error.
+func (d Dir) ClearReady() error { return d.remove(contract.MarkerFile) }
+
+// Wedged reports whether the health-watch recorded a wedge in this boot.
+func (d Dir) Wedged() (bool, error) {
+	_, err := os.Stat(d.file(wedgedFile))
+	if errors.Is(err, os.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("read wedge record: %w", err)
+	}
+	return true, nil
+}
+
+// RecordWedge notes the wedge, with a reason for whoever looks at the host.
+func (d Dir) RecordWedge(reason string) error { return d.write(wedgedFile, reason) }
+
+// ClearWedge removes the wedge record.
+func (d Dir) ClearWedge() error { return d.remove(wedgedFile) }
+
+// ChipsAtLoad returns the recorded chip count, ok false when none is.
+func (d Dir) ChipsAtLoad() (int, bool, error) {
+	b, err := os.ReadFile(d.file(chipsFile))
+	if errors.Is(err, os.ErrNotExist) {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, fmt.Errorf("read chip count at driver load: %w", err)
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || n < 0 {
+		return 0, false, fmt.Errorf("chip count at driver load in %s is %q, not a number; delete the file to re-learn it at the next driver load", d.file(chipsFile), b)
+	}
+	return n, true, nil
+}
+
+// SetChipsAtLoad records the chip count seen right after the driver loaded.
+func (d Dir) SetChipsAtLoad(n int) error { return d.write(chipsFile, strconv.Itoa(n)) }
+
+func (d Dir) write(name, content string) error {
+	if err := os.MkdirAll(d.Path, 0o755); err != nil {
+		return fmt.Errorf("marker directory: %w", err)
+	}
+	if err := atomicfile.Write(d.file(name), []byte(content+"\n"), 0o644); err != nil {
+		return fmt.Errorf("marker %s: %w", name, err)
+	}
+	return nil
+}
+
+func (d Dir) remove(name string) error {
+	if err := os.Remove(d.file(name)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("remove marker %s: %w", name, err)
+	}
+	return nil
+}
+
+// Changes signals (coalesced) every change in the directory until ctx
+// ends, so waiters react to the marker at once instead of at their next
+// poll. It fails if the directory does not exist; callers then poll.
+func (d Dir) Changes(ctx context.Context) (<-chan struct{}, error) {
+	w, err := fsnotify.NewWatcher()
+	if err != nil {
+		return nil, fmt.Errorf("watch marker directory %s: %w", d.Path, err)
+	}
+	if err := w.Add(d.Path); err != nil {
+		_ = w.Close()
+		return nil, fmt.Errorf("watch marker directory %s: %w", d.Path, err)
+	}
+	ch := make(chan struct{}, 1)
+	go func() {
+		defer func() { _ = w.Close() }()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case _, ok := <-w.Events:
+				if !ok {
+					return
+				}
+				select {
+				case ch <- struct{}{}:
+				default:
+				}
+			case _, ok := <-w.Errors:
+				if !ok {
+					return
+				}
+			}
+		}
+	}()
+	return ch, nil
+}

@@ -1,0 +1,120 @@
+package validate
+
+import (
+	"context"
+	"io"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sirupsen/logrus"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/openfuyao/npu-stack/internal/host/simhost"
+	"github.com/openfuyao/npu-stack/internal/marker"
+)
+
+func newChecker(t *testing.T, driver string) (Checker, *simhost.Host) {
+	t.Helper()
+	h, err := simhost.Create(t.TempDir(), simhost.Spec{Chip: "910b", ChipCount: 2, Driver: driver})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(h.Path("/usr/local/Ascend/driver"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return Checker{Host: h, Config: Config{
+		NodeName: "n1", DriverRoot: "/usr/local/Ascend/driver", MarkerDir: "/run/npu-stack",
+		DriverVersion: "25.5.0", RequireMarker: true,
+	}}, h
+}
+
+func setMarker(t *testing.T, h *simhost.Host) {
+	t.Helper()
+	if err := (marker.Dir{Path: h.Path("/run/npu-stack")}).SetReady("25.5.0"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestCheckNamesEveryFailure(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		driver string
+		setup  func(*Checker, *simhost.Host)
+		want   []string
+	}{
+		{name: "ready", driver: "25.5.0", setup: func(_ *Checker, h *simhost.Host) { setMarker(t, h) }},
+		{name: "fresh boot", want: []string{"marker /run/npu-stack/driver-ready is missing", "no NPU driver is loaded", "npu-smi info failed with code 255"}},
+		{name: "old version loaded", driver: "25.3.0", setup: func(_ *Checker, h *simhost.Host) { setMarker(t, h) },
+			want: []string{"driver 25.3.0 is loaded, want 25.5.0"}},
+		{name: "no driver root", driver: "25.5.0", setup: func(c *Checker, h *simhost.Host) { setMarker(t, h); c.DriverRoot = "/var/lib/Ascend/driver" },
+			want: []string{"driver root /var/lib/Ascend/driver not found", "set driver.hostDriverPath"}},
+		{name: "marker not required, any version", driver: "25.3.0", setup: func(c *Checker, _ *simhost.Host) { c.RequireMarker = false; c.DriverVersion = "" }},
+		{name: "npu-smi garbage", driver: "25.5.0", setup: func(_ *Checker, h *simhost.Host) { setMarker(t, h); _ = h.SetSMI(simhost.SMIRaw, "oops\n", 0) },
+			want: []string{"npu-smi shows no chips"}},
+		{name: "marker only ignores the rest", setup: func(c *Checker, h *simhost.Host) { setMarker(t, h); c.MarkerOnly = true }},
+		{name: "marker only, missing", setup: func(c *Checker, _ *simhost.Host) { c.MarkerOnly = true }, want: []string{"node n1: driver-ready marker"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, h := newChecker(t, tc.driver)
+			if tc.setup != nil {
+				tc.setup(&c, h)
+			}
+			err := c.Check(context.Background())
+			if len(tc.want) == 0 {
+				if err != nil {
+					t.Fatalf("unexpected failure: %v", err)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatal("check passed")
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not mention %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+func TestWaitReturnsWhenTheMarkerAppears(t *testing.T) {
+	c, h := newChecker(t, "25.5.0")
+	if err := os.MkdirAll(h.Path("/run/npu-stack"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	log := logrus.New()
+	log.SetOutput(io.Discard)
+	clk := clocktesting.NewFakeClock(time.Now())
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- c.Wait(ctx, clk, time.Hour, log) }()
+	// The poll is an hour on a clock that never moves: only the marker
+	// watch can end the wait.
+	for !clk.HasWaiters() {
+		select {
+		case err := <-done:
+			t.Fatalf("wait ended early: %v", err)
+		default:
+		}
+	}
+	setMarker(t, h)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestWaitGivesUpWithTheReason(t *testing.T) {
+	c, _ := newChecker(t, "")
+	log := logrus.New()
+	log.SetOutput(io.Discard)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	err := c.Wait(ctx, clocktesting.NewFakeClock(time.Now()), time.Hour, log)
+	if err == nil || !strings.Contains(err.Error(), "gave up waiting") || !strings.Contains(err.Error(), "no NPU driver is loaded") {
+		t.Fatalf("error %v", err)
+	}
+}
