@@ -94,3 +94,12 @@ const (
 	ComponentExporter     = "exporter"
 	ComponentDriver       = "driver"
 )
+
+// Progress events of the rebooter.
+const (
+	// EventRebootPending says what a pending reboot waits for (approval,
+	// uptime guard, a slot), so `kubectl describe node` answers "why not yet?".
+	EventRebootPending EventReason = "RebootPending"
+	// EventRebooting is emitted right before the reboot command.
+	EventRebooting EventReason = "Rebooting"
+)

@@ -1,0 +1,572 @@
+package reboot
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/sirupsen/logrus"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/metadata/metadatainformer"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/clock"
+
+	"github.com/openfuyao/npu-stack/internal/budget"
+	"github.com/openfuyao/npu-stack/internal/contract"
+	"github.com/openfuyao/npu-stack/internal/host"
+	"github.com/openfuyao/npu-stack/internal/kube"
+	"github.com/openfuyao/npu-stack/internal/slots"
+)
+
+// Recorder emits Events on Nodes (kube.Recorder in production).
+type Recorder interface {
+	Node(node *corev1.Node, warning bool, reason contract.EventReason, format string, args ...any)
+}
+
+// Config is everything the Agent needs.
+type Config struct {
+	NodeName  string
+	Namespace string // of the slot Leases
+	Policy    Policy
+	Method    host.RebootMethod
+	// NPUNodeSelector selects the NPU nodes the storm protection counts.
+	NPUNodeSelector labels.Selector
+	Slots           int
+	SlotTTL         time.Duration
+	// MetricsAddr serves /metrics; "" turns it off.
+	MetricsAddr string
+	// Resync re-evaluates the node this often even without a change.
+	Resync time.Duration
+
+	Client   kubernetes.Interface
+	Metadata metadata.Interface // for counting NPU nodes; only with AutoRecover
+	Host     host.Host
+	Clock    clock.WithTicker
+	Recorder Recorder
+	Log      logrus.FieldLogger
+}
+
+const (
+	queueKey = "node"
+	// The backoff after a failed reboot or eviction; a failure never
+	// turns into a tight loop.
+	minBackoff = 30 * time.Second
+	maxBackoff = 10 * time.Minute
+	// How long a recorded reboot waits for its RebootRequired event to be
+	// visible before rebooting anyway (the event must not be lost to the
+	// reboot, but a broken event API must not block recovery).
+	announceAttempts = 10
+)
+
+// Agent is one node's rebooter.
+type Agent struct {
+	cfg     Config
+	keys    contract.Keys
+	slots   *slots.Slots
+	metrics *Metrics
+	queue   workqueue.TypedRateLimitingInterface[string]
+
+	nodes  cache.Store
+	leases cache.Store
+	fleet  cache.Store // nil without AutoRecover
+
+	// Per-process memory; everything else is read from the node.
+	issuedAt    time.Time
+	retryAt     time.Time
+	failures    int
+	announced   string // bootID/reason whose RebootRequired event is visible
+	emitted     string // bootID/reason whose RebootRequired event we emitted
+	announceTry int
+	lastCause   Cause
+	lastSlotMsg string
+}
+
+// New validates cfg and builds an Agent.
+func New(cfg Config) (*Agent, error) {
+	if cfg.NodeName == "" {
+		return nil, errors.New("rebooter: --node-name is required (the chart passes $(NODE_NAME) from the downward API)")
+	}
+	if _, err := host.ParseRebootMethod(string(cfg.Method)); err != nil {
+		return nil, fmt.Errorf("rebooter: --method: %w", err)
+	}
+	if cfg.Policy.IssueTimeout <= 0 {
+		cfg.Policy.IssueTimeout = 5 * time.Minute
+	}
+	if cfg.Resync <= 0 {
+		cfg.Resync = 5 * time.Minute
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.RealClock{}
+	}
+	if cfg.Log == nil {
+		cfg.Log = logrus.New()
+	}
+	cfg.Log = cfg.Log.WithField("node", cfg.NodeName)
+	if cfg.Policy.AutoRecover && cfg.Metadata == nil {
+		return nil, errors.New("rebooter: --auto-recover needs a metadata client to count wedged NPU nodes")
+	}
+	s, err := slots.New(slots.Config{Client: cfg.Client, Namespace: cfg.Namespace, Count: cfg.Slots, TTL: cfg.SlotTTL, Holder: cfg.NodeName, Clock: cfg.Clock})
+	if err != nil {
+		return nil, err
+	}
+	return &Agent{
+		cfg:     cfg,
+		keys:    cfg.Policy.Keys,
+		slots:   s,
+		metrics: NewMetrics(cfg.NodeName),
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
+			workqueue.NewTypedItemExponentialFailureRateLimiter[string](time.Second, 2*time.Minute),
+			workqueue.TypedRateLimitingQueueConfig[string]{Clock: cfg.Clock}),
+	}, nil
+}
+
+// Metrics are the agent's Prometheus metrics.
+func (a *Agent) Metrics() *Metrics { return a.metrics }
+
+// Run watches the node until ctx ends.
+func (a *Agent) Run(ctx context.Context) error {
+	defer a.queue.ShutDown()
+	enqueue := cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { a.queue.Add(queueKey) },
+		UpdateFunc: func(any, any) { a.queue.Add(queueKey) },
+		DeleteFunc: func(any) { a.queue.Add(queueKey) },
+	}
+	var synced []cache.InformerSynced
+
+	nodeFactory := informers.NewSharedInformerFactoryWithOptions(a.cfg.Client, a.cfg.Resync,
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", a.cfg.NodeName).String()
+		}))
+	nodeInf := nodeFactory.Core().V1().Nodes().Informer()
+	leaseFactory := informers.NewSharedInformerFactoryWithOptions(a.cfg.Client, a.cfg.Resync,
+		informers.WithNamespace(a.cfg.Namespace),
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = slots.Selector().String() }))
+	leaseInf := leaseFactory.Coordination().V1().Leases().Informer()
+	for _, inf := range []cache.SharedIndexInformer{nodeInf, leaseInf} {
+		if _, err := inf.AddEventHandler(enqueue); err != nil {
+			return fmt.Errorf("rebooter on node %s: watch: %w", a.cfg.NodeName, err)
+		}
+		synced = append(synced, inf.HasSynced)
+	}
+	a.nodes, a.leases = nodeInf.GetStore(), leaseInf.GetStore()
+	nodeFactory.Start(ctx.Done())
+	leaseFactory.Start(ctx.Done())
+	defer nodeFactory.Shutdown()
+	defer leaseFactory.Shutdown()
+
+	if a.cfg.Policy.AutoRecover {
+		// Metadata only: labels and annotations are all the storm
+		// protection reads, and a fleet of full Node objects per agent
+		// would cost every node memory for nothing.
+		mf := metadatainformer.NewFilteredSharedInformerFactory(a.cfg.Metadata, a.cfg.Resync, metav1.NamespaceAll,
+			func(o *metav1.ListOptions) { o.LabelSelector = a.cfg.NPUNodeSelector.String() })
+		fleetInf := mf.ForResource(schema.GroupVersionResource{Version: "v1", Resource: "nodes"}).Informer()
+		if _, err := fleetInf.AddEventHandler(enqueue); err != nil {
+			return fmt.Errorf("rebooter on node %s: watch NPU nodes: %w", a.cfg.NodeName, err)
+		}
+		a.fleet = fleetInf.GetStore()
+		synced = append(synced, fleetInf.HasSynced)
+		mf.Start(ctx.Done())
+		defer mf.Shutdown()
+	}
+
+	if a.cfg.MetricsAddr != "" {
+		stop, err := a.serveMetrics(ctx)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
+	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
+		return fmt.Errorf("rebooter on node %s: caches did not sync: %w", a.cfg.NodeName, context.Cause(ctx))
+	}
+	a.cfg.Log.WithFields(logrus.Fields{"autoUpgrade": a.cfg.Policy.AutoUpgrade, "autoRecover": a.cfg.Policy.AutoRecover,
+		"slots": a.cfg.Slots, "slotTTL": a.cfg.SlotTTL, "uptimeGuard": a.cfg.Policy.UptimeGuard}).Info("rebooter watching its node")
+	a.queue.Add(queueKey)
+	go func() {
+		<-ctx.Done()
+		a.queue.ShutDown()
+	}()
+	for {
+		key, shutdown := a.queue.Get()
+		if shutdown {
+			return nil
+		}
+		after, err := a.sync(ctx)
+		switch {
+		case err != nil && ctx.Err() == nil:
+			a.cfg.Log.WithError(err).Warn("sync failed; retrying")
+			a.queue.AddRateLimited(key)
+		case after > 0:
+			a.queue.Forget(key)
+			a.queue.AddAfter(key, after)
+		default:
+			a.queue.Forget(key)
+		}
+		a.queue.Done(key)
+	}
+}
+
+func (a *Agent) serveMetrics(ctx context.Context) (func(), error) {
+	lis, err := (&net.ListenConfig{}).Listen(ctx, "tcp", a.cfg.MetricsAddr)
+	if err != nil {
+		return nil, fmt.Errorf("rebooter on node %s: serve metrics on %s (change --metrics-addr, or set it empty to turn metrics off): %w", a.cfg.NodeName, a.cfg.MetricsAddr, err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(a.metrics.Registry, promhttp.HandlerOpts{}))
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = srv.Serve(lis) }()
+	a.cfg.Log.Infof("metrics on %s/metrics", lis.Addr())
+	return func() {
+		shutCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(shutCtx)
+	}, nil
+}
+
+// sync decides and carries out one step; it returns when to look again
+// (0: on the next change).
+func (a *Agent) sync(ctx context.Context) (time.Duration, error) {
+	obj, ok, err := a.nodes.GetByKey(a.cfg.NodeName)
+	if err != nil {
+		return 0, fmt.Errorf("read node %s from the watch cache: %w", a.cfg.NodeName, err)
+	}
+	if !ok {
+		return 0, fmt.Errorf("node %s is not in the watch cache: was it deleted, or does --node-name not match the Node's name?", a.cfg.NodeName)
+	}
+	node := obj.(*corev1.Node)
+	f, err := a.facts(node)
+	if err != nil {
+		return 0, err
+	}
+	now := a.cfg.Clock.Now()
+	act := Decide(f, a.cfg.Policy, now)
+	a.observe(node, f, now)
+	log := a.cfg.Log.WithFields(logrus.Fields{"action": act.Kind, "reason": act.Reason})
+	if act.Kind != Idle && act.Kind != Wait {
+		log.Info(act.Why)
+	} else {
+		log.Debug(act.Why)
+	}
+	pending := node.Labels[a.keys.RebootRequired()] == contract.True && node.Annotations[a.keys.RebootFromBootID()] == ""
+	if pending {
+		if _, err := a.announce(ctx, node, f, act.Reason, now); err != nil {
+			log.WithError(err).Warn("cannot check for the RebootRequired event")
+		}
+	}
+
+	switch act.Kind {
+	case Idle:
+		a.resetPending()
+		return 0, nil
+	case Wait:
+		a.report(node, act)
+		if act.Until.IsZero() {
+			return 0, nil
+		}
+		return max(act.Until.Sub(now), time.Second), nil
+	case ReleaseSlot:
+		if err := a.slots.Release(ctx); err != nil {
+			return 0, err
+		}
+		return time.Millisecond, nil
+	case AcquireSlot:
+		return a.acquire(ctx, node, act, now)
+	case Cordon:
+		change := kube.NodeChange{
+			Unschedulable: ptrTo(true),
+			Annotations:   map[string]*string{a.keys.RecoveryCordoned(): kube.Set(contract.True), a.keys.RecoveryWasCordoned(): nil},
+		}
+		if node.Spec.Unschedulable {
+			change.Annotations[a.keys.RecoveryWasCordoned()] = kube.Set(contract.True)
+		}
+		if _, err := kube.PatchNodeIf(ctx, a.cfg.Client, node.Name, node.ResourceVersion, change); err != nil {
+			return conflictRetry(err, fmt.Errorf("cordon node %s for its recovery reboot: %w", node.Name, err))
+		}
+		return 0, nil
+	case Reboot:
+		return a.reboot(ctx, node, act)
+	case Fail:
+		a.fail(ctx, node, act.Reason, errors.New(act.Why))
+		return a.retryAt.Sub(now), nil
+	case Complete:
+		return a.complete(ctx, node, act)
+	case Uncordon:
+		change := kube.NodeChange{Annotations: map[string]*string{a.keys.RecoveryCordoned(): nil, a.keys.RecoveryWasCordoned(): nil}}
+		if node.Annotations[a.keys.RecoveryWasCordoned()] != contract.True {
+			change.Unschedulable = ptrTo(false)
+		}
+		if _, err := kube.PatchNodeIf(ctx, a.cfg.Client, node.Name, node.ResourceVersion, change); err != nil {
+			return conflictRetry(err, fmt.Errorf("uncordon node %s after its recovery: %w", node.Name, err))
+		}
+		a.cfg.Log.Info("recovery finished: driver ready, node uncordoned (unless it was cordoned before)")
+		return 0, nil
+	}
+	return 0, fmt.Errorf("rebooter on node %s: unknown action %v", node.Name, act.Kind)
+}
+
+func (a *Agent) facts(node *corev1.Node) (Facts, error) {
+	bootID, err := a.cfg.Host.BootID()
+	if err != nil {
+		return Facts{}, fmt.Errorf("read boot ID of node %s: %w", node.Name, err)
+	}
+	uptime, err := a.cfg.Host.Uptime()
+	if err != nil {
+		return Facts{}, fmt.Errorf("read uptime of node %s: %w", node.Name, err)
+	}
+	f := Facts{Node: node, BootID: bootID, Uptime: uptime, SlotHeld: a.slots.Held(a.cachedLeases()), IssuedAt: a.issuedAt, RetryAt: a.retryAt}
+	if a.fleet != nil {
+		for _, o := range a.fleet.List() {
+			m, ok := o.(*metav1.PartialObjectMetadata)
+			if !ok {
+				continue
+			}
+			f.Fleet.NPUNodes++
+			if m.Labels[a.keys.RebootRequired()] == contract.True && m.Annotations[a.keys.RebootReason()] == string(contract.ReasonRecovery) {
+				f.Fleet.Wedged++
+			}
+		}
+	}
+	return f, nil
+}
+
+func (a *Agent) cachedLeases() []*coordinationv1.Lease {
+	var out []*coordinationv1.Lease
+	for _, o := range a.leases.List() {
+		if l, ok := o.(*coordinationv1.Lease); ok {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+func (a *Agent) observe(node *corev1.Node, f Facts, now time.Time) {
+	h, _ := budget.Parse(node.Annotations[a.keys.RebootHistory()])
+	pending := node.Labels[a.keys.RebootRequired()] == contract.True || node.Annotations[a.keys.RebootFromBootID()] != ""
+	a.metrics.observe(pending, contract.RebootReason(node.Annotations[a.keys.RebootReason()]), f.SlotHeld, a.cfg.Policy.Budget.Left(h, now))
+}
+
+// report announces a wait once per cause and pending reboot.
+func (a *Agent) report(node *corev1.Node, act Action) {
+	if act.Cause == a.lastCause {
+		return
+	}
+	a.lastCause = act.Cause
+	a.cfg.Log.WithField("waitingFor", act.Cause).Info(act.Why)
+	if act.Event != "" {
+		a.cfg.Recorder.Node(node, act.Warning, act.Event, "%s", act.Why)
+	}
+}
+
+func (a *Agent) resetPending() {
+	a.lastCause, a.lastSlotMsg, a.announceTry = CauseNone, "", 0
+	a.issuedAt, a.retryAt, a.failures = time.Time{}, time.Time{}, 0
+}
+
+func (a *Agent) acquire(ctx context.Context, node *corev1.Node, act Action, now time.Time) (time.Duration, error) {
+	res, err := a.slots.Acquire(ctx)
+	if err != nil {
+		return 0, err
+	}
+	if res.Slot != "" {
+		a.cfg.Log.WithField("slot", res.Slot).Info("took a reboot slot")
+		return time.Millisecond, nil
+	}
+	msg := fmt.Sprintf("reboot (reason=%s) waits for a reboot slot: all %d are held (by %s); --slots sets how many nodes reboot at once",
+		reasonText(act.Reason), a.cfg.Slots, strings.Join(res.Holders, ", "))
+	if msg != a.lastSlotMsg {
+		a.lastSlotMsg, a.lastCause = msg, CauseNone
+		a.cfg.Log.Info(msg)
+		a.cfg.Recorder.Node(node, false, contract.EventRebootPending, "%s", msg)
+	}
+	// The lease watch wakes us when a slot is released; the timer covers
+	// a holder that never comes back and lets its slot expire.
+	return max(res.NextExpiry.Sub(now)+time.Second, time.Second), nil
+}
+
+// reboot evicts (recovery), records and runs the reboot command.
+func (a *Agent) reboot(ctx context.Context, node *corev1.Node, act Action) (time.Duration, error) {
+	res, err := a.slots.Acquire(ctx) // re-check and renew against the API server, not the cache
+	if err != nil {
+		return 0, err
+	}
+	if res.Slot == "" {
+		return time.Second, nil
+	}
+	if act.Drain {
+		timeout := min(5*time.Minute, a.cfg.SlotTTL/2)
+		a.cfg.Log.Infof("evicting NPU pods (timeout %s)", timeout)
+		out := a.cfg.Log.WithField("step", "evict").Writer()
+		err := EvictNPUPods(ctx, a.cfg.Client, node.Name, timeout, out)
+		_ = out.Close()
+		if err != nil {
+			a.fail(ctx, node, act.Reason, err)
+			return a.retryAt.Sub(a.cfg.Clock.Now()), nil
+		}
+	}
+	if act.Record {
+		// Eviction may have taken a while and the cache may lag: decide
+		// again on the node as the API server has it now, and write at
+		// that resourceVersion.
+		fresh, err := a.cfg.Client.CoreV1().Nodes().Get(ctx, node.Name, metav1.GetOptions{})
+		if err != nil {
+			return 0, fmt.Errorf("get node %s before recording its reboot: %w", node.Name, err)
+		}
+		now := a.cfg.Clock.Now()
+		f, err := a.facts(fresh)
+		if err != nil {
+			return 0, err
+		}
+		f.SlotHeld = true // just renewed above
+		if again := Decide(f, a.cfg.Policy, now); again.Kind != Reboot || !again.Record {
+			return time.Millisecond, nil // the node changed meanwhile
+		}
+		announced, err := a.announce(ctx, fresh, f, act.Reason, now)
+		if err != nil {
+			a.cfg.Log.WithError(err).Warn("cannot check for the RebootRequired event")
+		}
+		if !announced && a.announceTry < announceAttempts {
+			a.announceTry++
+			return time.Second, nil
+		}
+		h, _ := budget.Parse(fresh.Annotations[a.keys.RebootHistory()])
+		change := kube.NodeChange{Annotations: map[string]*string{
+			a.keys.RebootFromBootID(): kube.Set(f.BootID),
+			a.keys.RebootStartedAt():  kube.Set(now.UTC().Format(time.RFC3339)),
+			a.keys.RebootHistory():    kube.Set(a.cfg.Policy.Budget.Add(h, now).String()),
+		}}
+		if act.ConsumeApproval {
+			change.Annotations[a.keys.ApproveReboot()] = nil
+		}
+		if _, err := kube.PatchNodeIf(ctx, a.cfg.Client, fresh.Name, fresh.ResourceVersion, change); err != nil {
+			return conflictRetry(err, fmt.Errorf("record the reboot of node %s: %w", fresh.Name, err))
+		}
+		node = fresh
+	}
+	a.cfg.Recorder.Node(node, false, contract.EventRebooting, "rebooting node %s (reason=%s, method %s, boot ID %s)", node.Name, reasonText(act.Reason), a.cfg.Method, a.mustBootID())
+	a.cfg.Log.WithField("method", a.cfg.Method).Info("running the reboot command")
+	if err := a.cfg.Host.Reboot(ctx, a.cfg.Method); err != nil {
+		a.fail(ctx, node, act.Reason, fmt.Errorf("reboot command (--method=%s): %w", a.cfg.Method, err))
+		return a.retryAt.Sub(a.cfg.Clock.Now()), nil
+	}
+	a.issuedAt = a.cfg.Clock.Now()
+	return a.cfg.Policy.IssueTimeout, nil
+}
+
+func (a *Agent) mustBootID() string {
+	id, err := a.cfg.Host.BootID()
+	if err != nil {
+		return "unknown"
+	}
+	return id
+}
+
+// fail reports a failed attempt, gives the slot back and backs off.
+func (a *Agent) fail(ctx context.Context, node *corev1.Node, reason contract.RebootReason, cause error) {
+	backoff := minBackoff << min(a.failures, 5)
+	backoff = min(backoff, maxBackoff)
+	a.failures++
+	now := a.cfg.Clock.Now()
+	a.retryAt, a.issuedAt = now.Add(backoff), time.Time{}
+	a.cfg.Log.WithError(cause).Warnf("reboot attempt failed; retrying in %s", backoff)
+	a.cfg.Recorder.Node(node, true, contract.EventRebootFailed, "reboot of node %s (reason=%s) failed: %v; slot released, retrying in %s", node.Name, reasonText(reason), cause, backoff)
+	if err := a.slots.Release(ctx); err != nil {
+		a.cfg.Log.WithError(err).Warn("release the reboot slot after a failure")
+	}
+}
+
+func (a *Agent) complete(ctx context.Context, node *corev1.Node, act Action) (time.Duration, error) {
+	from := node.Annotations[a.keys.RebootFromBootID()]
+	change := kube.NodeChange{
+		Labels: map[string]*string{a.keys.RebootRequired(): nil},
+		Annotations: map[string]*string{
+			a.keys.RebootReason():     nil,
+			a.keys.RebootFromBootID(): nil,
+			a.keys.RebootStartedAt():  nil,
+		},
+	}
+	if _, err := kube.PatchNodeIf(ctx, a.cfg.Client, node.Name, node.ResourceVersion, change); err != nil {
+		return conflictRetry(err, fmt.Errorf("clear the reboot marker of node %s after its reboot: %w", node.Name, err))
+	}
+	if err := a.slots.Release(ctx); err != nil {
+		return 0, err
+	}
+	took := ""
+	if started, err := time.Parse(time.RFC3339, node.Annotations[a.keys.RebootStartedAt()]); err == nil {
+		took = fmt.Sprintf(" in %s", a.cfg.Clock.Since(started).Round(time.Second))
+	}
+	next := ""
+	if act.Reason == contract.ReasonRecovery {
+		next = fmt.Sprintf("; the node stays cordoned until %s=true", a.keys.DriverReady())
+	}
+	a.cfg.Recorder.Node(node, false, contract.EventRebootCompleted, "node %s rebooted%s (reason=%s, boot ID %s -> %s); reboot marker cleared, slot released%s",
+		node.Name, took, reasonText(act.Reason), from, a.mustBootID(), next)
+	a.metrics.completed(act.Reason)
+	a.resetPending()
+	return 0, nil
+}
+
+// announce makes sure a pending reboot has its one RebootRequired event:
+// the requester may have emitted it already, else the rebooter does. It
+// reports whether the event is visible in the API.
+func (a *Agent) announce(ctx context.Context, node *corev1.Node, f Facts, reason contract.RebootReason, now time.Time) (bool, error) {
+	key := f.BootID + "/" + string(reason)
+	if a.announced == key {
+		return true, nil
+	}
+	bootTime := now.Add(-f.Uptime)
+	list, err := a.cfg.Client.CoreV1().Events(metav1.NamespaceAll).List(ctx, metav1.ListOptions{FieldSelector: fields.Set{
+		"involvedObject.kind": "Node", "involvedObject.name": node.Name, "reason": string(contract.EventRebootRequired),
+	}.String()})
+	if err != nil {
+		return false, fmt.Errorf("list RebootRequired events of node %s: %w", node.Name, err)
+	}
+	for _, e := range list.Items {
+		if strings.Contains(e.Message, "reason="+string(reason)) && !eventTime(&e).Before(bootTime) {
+			a.announced = key
+			return true, nil
+		}
+	}
+	if a.emitted != key {
+		a.emitted = key
+		a.cfg.Recorder.Node(node, false, contract.EventRebootRequired, "node %s needs a reboot: reason=%s", node.Name, reasonText(reason))
+	}
+	return false, nil
+}
+
+func eventTime(e *corev1.Event) time.Time {
+	t := e.LastTimestamp.Time
+	if e.Series != nil && e.Series.LastObservedTime.After(t) {
+		t = e.Series.LastObservedTime.Time
+	}
+	if e.EventTime.After(t) {
+		t = e.EventTime.Time
+	}
+	return t
+}
+
+// conflictRetry turns a Conflict (the node changed under a decision) into
+// an immediate re-decision instead of an error.
+func conflictRetry(err, wrapped error) (time.Duration, error) {
+	if apierrors.IsConflict(err) {
+		return time.Millisecond, nil
+	}
+	return 0, wrapped
+}
+
+func ptrTo[T any](v T) *T { return &v }

@@ -1,0 +1,269 @@
+// Package reboot is the per-node reboot agent (DESIGN.md §5): a pure
+// decision (Decide: node snapshot + host facts + policy + time → the next
+// action and why) and the Agent that carries actions out against the API
+// server and the host.
+//
+// All progress lives on the Node, so the sequence is crash-safe: any step
+// may be killed and rerun from node state alone. The pivot is the
+// RebootFromBootID annotation, written (with the start time, the budget
+// entry and the consumed approval, in one patch) before the reboot command:
+// present with the current boot ID means the reboot was decided and counted
+// and only the command may need repeating; present with another boot ID
+// means it happened.
+package reboot
+
+import (
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/openfuyao/npu-stack/internal/budget"
+	"github.com/openfuyao/npu-stack/internal/contract"
+)
+
+// Policy is the rebooter's configuration, from its flags.
+type Policy struct {
+	Keys contract.Keys
+	// AutoUpgrade and AutoRecover authorise reboots of reason upgrade and
+	// recovery without an approval.
+	AutoUpgrade bool
+	AutoRecover bool
+	// MaxWedgedNodes (count or percentage of the NPU nodes): with more
+	// nodes than this waiting for a recovery reboot, automatic recovery
+	// pauses, since a fleet-wide fault is not fixed by rebooting it all.
+	MaxWedgedNodes intstr.IntOrString
+	// UptimeGuard: no reboot within this long of boot.
+	UptimeGuard time.Duration
+	Budget      budget.Budget
+	// IssueTimeout is how long the machine may take to go down after the
+	// reboot command returned before the command counts as failed.
+	IssueTimeout time.Duration
+}
+
+// Fleet is what the storm protection needs to know about the NPU nodes.
+type Fleet struct {
+	NPUNodes int
+	// Wedged counts NPU nodes with reboot-required=true and reason
+	// recovery, this one included.
+	Wedged int
+}
+
+// Facts are everything Decide looks at besides the policy and the time.
+type Facts struct {
+	Node   *corev1.Node
+	BootID string
+	Uptime time.Duration
+	// SlotHeld: this node holds a live reboot slot (cached view).
+	SlotHeld bool
+	Fleet    Fleet
+	// IssuedAt is when this process last ran the reboot command (zero if
+	// it has not): a fresh process repeats a decided reboot, the process
+	// that ran it waits for the machine to go down.
+	IssuedAt time.Time
+	// RetryAt is the end of the backoff after a failure.
+	RetryAt time.Time
+}
+
+// Kind is what to do next.
+type Kind int
+
+const (
+	// Idle: nothing pending; wait for the node to change.
+	Idle Kind = iota
+	// Wait for Cause, until Until (zero: until something changes).
+	Wait
+	// AcquireSlot before going further.
+	AcquireSlot
+	// ReleaseSlot held without a reboot in flight.
+	ReleaseSlot
+	// Cordon for a recovery reboot, remembering whether it was cordoned.
+	Cordon
+	// Reboot: (for recovery, evict NPU pods first,) record the bookkeeping
+	// unless already recorded, then run the reboot command.
+	Reboot
+	// Fail: the reboot command returned but the machine never went down.
+	Fail
+	// Complete: the boot ID changed; clear the marker, release the slot.
+	Complete
+	// Uncordon after a recovery once the driver is ready again.
+	Uncordon
+)
+
+var kindNames = map[Kind]string{Idle: "idle", Wait: "wait", AcquireSlot: "acquire-slot", ReleaseSlot: "release-slot",
+	Cordon: "cordon", Reboot: "reboot", Fail: "fail", Complete: "complete", Uncordon: "uncordon"}
+
+func (k Kind) String() string { return kindNames[k] }
+
+// Cause is what a Wait waits for.
+type Cause string
+
+const (
+	CauseNone        Cause = ""
+	CauseApproval    Cause = "approval"
+	CauseStorm       Cause = "storm"
+	CauseBudget      Cause = "budget"
+	CauseBadHistory  Cause = "bad-history"
+	CauseUptime      Cause = "uptime-guard"
+	CauseBackoff     Cause = "backoff"
+	CauseGoingDown   Cause = "going-down"
+	CauseDriverReady Cause = "driver-ready"
+)
+
+// Action is Decide's answer.
+type Action struct {
+	Kind  Kind
+	Cause Cause
+	// Why explains the action to a human (logs and events).
+	Why   string
+	Until time.Time
+	// Event is the event a Wait announces (once per cause), "" for none.
+	Event   contract.EventReason
+	Warning bool
+	Reason  contract.RebootReason
+	// For Reboot.
+	Record          bool // write the bookkeeping (false: already recorded)
+	Drain           bool // evict NPU pods first (recovery)
+	ConsumeApproval bool // remove the approval in the same patch
+}
+
+// Decide picks the next step of the reboot protocol.
+func Decide(f Facts, p Policy, now time.Time) Action {
+	k := p.Keys
+	n := f.Node
+	reason := contract.RebootReason(n.Annotations[k.RebootReason()])
+	if from := n.Annotations[k.RebootFromBootID()]; from != "" {
+		return decideIssued(f, p, now, from, reason)
+	}
+	pending := n.Labels[k.RebootRequired()] == contract.True
+	if !pending {
+		switch {
+		case f.SlotHeld:
+			return Action{Kind: ReleaseSlot, Why: "no reboot pending"}
+		case n.Annotations[k.RecoveryCordoned()] == contract.True:
+			if n.Labels[k.DriverReady()] != contract.True {
+				return Action{Kind: Wait, Cause: CauseDriverReady, Why: fmt.Sprintf("recovery reboot done; node stays cordoned until %s=true", k.DriverReady())}
+			}
+			return Action{Kind: Uncordon, Why: fmt.Sprintf("recovery done and %s=true", k.DriverReady())}
+		}
+		return Action{Kind: Idle, Why: "no reboot pending"}
+	}
+
+	// Until the slot is taken, every wait gives back a slot still held
+	// from an earlier attempt: a node waiting must not block the fleet.
+	wait := func(a Action) Action {
+		a.Kind, a.Reason = Wait, reason
+		if f.SlotHeld {
+			return Action{Kind: ReleaseSlot, Cause: a.Cause, Why: "not ready to reboot: " + a.Why, Reason: reason}
+		}
+		return a
+	}
+	history, err := budget.Parse(n.Annotations[k.RebootHistory()])
+	if err != nil {
+		return wait(Action{Cause: CauseBadHistory, Event: contract.EventRebootRefused, Warning: true,
+			Why: fmt.Sprintf("refusing to reboot node %s: %v; fix or remove it: %s", n.Name, err, resetCommand(n.Name, k))})
+	}
+	if p.Budget.Exhausted(history) {
+		return wait(Action{Cause: CauseBudget, Event: contract.EventRebootRefused, Warning: true,
+			Why: fmt.Sprintf("refusing to reboot node %s (reason=%s): loop guard, it was rebooted %d times within %s (last %s); find out why reboots do not fix it, then reset the budget: %s",
+				n.Name, reason, p.Budget.Max, p.Budget.Window, history[len(history)-1].UTC().Format(time.RFC3339), resetCommand(n.Name, k))})
+	}
+
+	approved := n.Annotations[k.ApproveReboot()] == contract.True
+	auto, storm := false, false
+	switch reason {
+	case contract.ReasonUpgrade:
+		auto = p.AutoUpgrade
+	case contract.ReasonRecovery:
+		if p.AutoRecover {
+			limit, err := intstr.GetScaledValueFromIntOrPercent(&p.MaxWedgedNodes, f.Fleet.NPUNodes, true)
+			storm = err == nil && f.Fleet.Wedged > limit
+			if err != nil {
+				// An unreadable limit is checked at startup; pausing is
+				// the safe reading should one get here anyway.
+				storm = true
+			}
+			auto = !storm
+		}
+	}
+	if !auto && !approved {
+		if storm {
+			return wait(Action{Cause: CauseStorm, Event: contract.EventRecoveryPaused, Warning: true,
+				Why: fmt.Sprintf("automatic recovery paused: %d of %d NPU nodes wait for a recovery reboot, more than --max-wedged-nodes=%s; a fleet-wide fault is not fixed by rebooting the fleet. Approve this node by hand if a reboot helps: %s",
+					f.Fleet.Wedged, f.Fleet.NPUNodes, p.MaxWedgedNodes.String(), approveCommand(n.Name, k))})
+		}
+		return wait(Action{Cause: CauseApproval, Event: contract.EventRebootPending,
+			Why: fmt.Sprintf("reboot (reason=%s) waits for approval: %s", reasonText(reason), approveCommand(n.Name, k))})
+	}
+	if f.Uptime < p.UptimeGuard {
+		return wait(Action{Cause: CauseUptime, Event: contract.EventRebootPending, Until: now.Add(p.UptimeGuard - f.Uptime),
+			Why: fmt.Sprintf("reboot (reason=%s) waits for the uptime guard: up %s, no reboot within %s of boot", reasonText(reason), f.Uptime.Round(time.Second), p.UptimeGuard)})
+	}
+	if now.Before(f.RetryAt) {
+		return wait(Action{Cause: CauseBackoff, Until: f.RetryAt,
+			Why: fmt.Sprintf("reboot (reason=%s) retries after the last failure at %s", reasonText(reason), f.RetryAt.UTC().Format(time.RFC3339))})
+	}
+	if !f.SlotHeld {
+		return Action{Kind: AcquireSlot, Reason: reason, Why: "authorised; needs a reboot slot"}
+	}
+	if reason == contract.ReasonRecovery && n.Annotations[k.RecoveryCordoned()] != contract.True {
+		return Action{Kind: Cordon, Reason: reason, Why: "recovery reboot: cordon before evicting NPU pods"}
+	}
+	// An approval is good for the node's next reboot, whoever authorised
+	// it: spend it now so that it cannot authorise a later one.
+	return Action{Kind: Reboot, Reason: reason, Record: true, Drain: reason == contract.ReasonRecovery, ConsumeApproval: approved,
+		Why: fmt.Sprintf("reboot (reason=%s) authorised by %s", reasonText(reason), authority(auto, reason))}
+}
+
+// decideIssued continues a reboot whose bookkeeping is recorded.
+func decideIssued(f Facts, p Policy, now time.Time, from string, reason contract.RebootReason) Action {
+	if from != f.BootID {
+		return Action{Kind: Complete, Reason: reason, Why: fmt.Sprintf("boot ID changed from %s to %s: the reboot happened", from, f.BootID)}
+	}
+	if !f.IssuedAt.IsZero() {
+		if deadline := f.IssuedAt.Add(p.IssueTimeout); now.Before(deadline) {
+			return Action{Kind: Wait, Cause: CauseGoingDown, Until: deadline, Reason: reason, Why: "reboot command issued; waiting for the machine to go down"}
+		}
+		return Action{Kind: Fail, Reason: reason, Why: fmt.Sprintf("the reboot command returned at %s but the machine was still up %s later", f.IssuedAt.UTC().Format(time.RFC3339), p.IssueTimeout)}
+	}
+	if now.Before(f.RetryAt) {
+		a := Action{Kind: Wait, Cause: CauseBackoff, Until: f.RetryAt, Reason: reason, Why: "reboot retries after the last failure"}
+		if f.SlotHeld {
+			return Action{Kind: ReleaseSlot, Cause: CauseBackoff, Reason: reason, Why: "reboot failed; give the slot back during the backoff"}
+		}
+		return a
+	}
+	if !f.SlotHeld {
+		return Action{Kind: AcquireSlot, Reason: reason, Why: "reboot recorded but not yet carried out; needs a reboot slot"}
+	}
+	// Recorded and counted before this process started (or before a
+	// failure): run the command again, without counting it again.
+	return Action{Kind: Reboot, Reason: reason, Why: "reboot recorded; running the reboot command"}
+}
+
+func authority(auto bool, reason contract.RebootReason) string {
+	switch {
+	case !auto:
+		return "approve-reboot"
+	case reason == contract.ReasonUpgrade:
+		return "--auto-upgrade"
+	default:
+		return "--auto-recover"
+	}
+}
+
+func reasonText(r contract.RebootReason) string {
+	if r == "" {
+		return "unspecified"
+	}
+	return string(r)
+}
+
+func approveCommand(node string, k contract.Keys) string {
+	return fmt.Sprintf("kubectl annotate node %s %s=true", node, k.ApproveReboot())
+}
+
+func resetCommand(node string, k contract.Keys) string {
+	return fmt.Sprintf("kubectl annotate node %s %s-", node, k.RebootHistory())
+}
