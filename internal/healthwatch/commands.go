@@ -1,0 +1,323 @@
+// Package healthwatch builds the npu-healthwatch command line: flag parsing
+// and wiring of the host, the Kubernetes client and the logic packages
+// (health, driverentry, validate, cdi). No decision is taken here.
+package healthwatch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/sirupsen/logrus"
+	"github.com/spf13/cobra"
+	"k8s.io/utils/clock"
+
+	"github.com/openfuyao/npu-stack/internal/atomicfile"
+	"github.com/openfuyao/npu-stack/internal/cdi"
+	"github.com/openfuyao/npu-stack/internal/cli"
+	"github.com/openfuyao/npu-stack/internal/contract"
+	"github.com/openfuyao/npu-stack/internal/driverentry"
+	"github.com/openfuyao/npu-stack/internal/health"
+	"github.com/openfuyao/npu-stack/internal/host"
+	"github.com/openfuyao/npu-stack/internal/host/simhost"
+	"github.com/openfuyao/npu-stack/internal/kube"
+	"github.com/openfuyao/npu-stack/internal/marker"
+	"github.com/openfuyao/npu-stack/internal/validate"
+)
+
+// Name is the binary's name, also the source of its Events.
+const Name = "npu-healthwatch"
+
+// shared are the flags and helpers every subcommand uses.
+type shared struct {
+	global   cli.GlobalOptions
+	hostRoot string
+}
+
+// NewRoot returns the npu-healthwatch command with every subcommand.
+func NewRoot() *cobra.Command {
+	s := &shared{}
+	root := cli.NewRoot(Name, "Per-node NPU chip health-watch, driver entry gate, validator and CDI generator", &s.global)
+	root.PersistentFlags().StringVar(&s.hostRoot, "host-root", "/", "where the host's / is mounted in this container (the chart mounts each host path at its own path, so /)")
+	root.AddCommand(s.installBinary(), s.driverEntry(), s.watch(), s.validate(), s.cdi())
+	return root
+}
+
+func (s *shared) logger() (*logrus.Logger, error) { return s.global.Logger(os.Stderr) }
+
+// host is the simulated machine when NPU_STACK_SIM_HOST names one (test
+// beds), else the real one.
+func (s *shared) host() host.Host {
+	if h, ok := simhost.FromEnv(); ok {
+		return h
+	}
+	return host.NewLinux(s.hostRoot)
+}
+
+func keys(domain string) (contract.Keys, error) { return contract.NewKeys(domain) }
+
+func (s *shared) installBinary() *cobra.Command {
+	var to string
+	cmd := &cobra.Command{
+		Use:   "install-binary --to=DIR",
+		Short: "Copy this executable into DIR (used to put npu-healthwatch into the vendor's driver image)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if to == "" {
+				return errors.New("--to is required")
+			}
+			self, err := os.Executable()
+			if err != nil {
+				return fmt.Errorf("find this executable: %w", err)
+			}
+			dir := to
+			// --to is a container path (an emptyDir), not a host path; a
+			// simulated host still gets it so tests never write outside it.
+			if h, ok := simhost.FromEnv(); ok {
+				dir = h.Path(to)
+			}
+			if err := os.MkdirAll(dir, 0o755); err != nil {
+				return fmt.Errorf("install-binary: %w", err)
+			}
+			dst := filepath.Join(dir, Name)
+			if err := atomicfile.Copy(self, dst, 0o755); err != nil {
+				return fmt.Errorf("install-binary: %w", err)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "installed %s\n", dst)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&to, "to", "", "directory to copy the executable into")
+	return cmd
+}
+
+func (s *shared) driverEntry() *cobra.Command {
+	var (
+		kc                                   kube.ClientOptions
+		node, domain, version, root, markers string
+	)
+	cmd := &cobra.Command{
+		Use:   "driver-entry [flags] -- INSTALL-COMMAND...",
+		Short: "Driver pod entry gate: install the driver on a fresh boot, never unload a running one, then idle",
+		Long: "On a fresh boot (no driver loaded) runs the vendor install command and records the loaded version.\n" +
+			"With the desired version loaded it only records it. With another version loaded it records that one and\n" +
+			"idles Ready: chips do not survive unloading a driver, so the next reboot activates the desired version.",
+		Args: cobra.ArbitraryArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			log, err := s.logger()
+			if err != nil {
+				return err
+			}
+			k, err := keys(domain)
+			if err != nil {
+				return err
+			}
+			if dash := cmd.ArgsLenAtDash(); dash > 0 {
+				return fmt.Errorf("unexpected arguments %q before --: the install command goes after --", args[:dash])
+			}
+			client, _, err := kc.Client()
+			if err != nil {
+				return err
+			}
+			rec := kube.NewRecorder(client, Name)
+			defer rec.Shutdown()
+			h := s.host()
+			cfg := driverentry.Config{
+				NodeName: node, Keys: k, DriverVersion: version, DriverRoot: h.Path(root),
+				Markers: marker.Dir{Path: h.Path(markers)}, InstallCommand: args,
+			}
+			return driverentry.Run(cmd.Context(), cfg, driverentry.Deps{Client: client, Host: h, Events: rec, Log: log})
+		},
+	}
+	f := cmd.Flags()
+	kc.AddFlags(f, 5, 10)
+	f.StringVar(&node, "node-name", "", "this node's name (downward API spec.nodeName)")
+	f.StringVar(&domain, "label-domain", contract.DefaultDomain, "domain of the node-contract labels")
+	f.StringVar(&version, "driver-version", "", "desired driver version")
+	f.StringVar(&root, "driver-root", "/usr/local/Ascend/driver", "host directory of the driver tree")
+	f.StringVar(&markers, "marker-dir", "/run/npu-stack", "host directory of the readiness markers")
+	return cmd
+}
+
+func (s *shared) watch() *cobra.Command {
+	var (
+		kc          kube.ClientOptions
+		cfg         health.Config
+		domain      string
+		markers     string
+		metricsAddr string
+	)
+	cmd := &cobra.Command{
+		Use:   "watch",
+		Short: "Probe the chips with npu-smi; mark the node wedged and ask for a recovery reboot, or clear a false alarm",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log, err := s.logger()
+			if err != nil {
+				return err
+			}
+			if cfg.Keys, err = keys(domain); err != nil {
+				return err
+			}
+			h := s.host()
+			cfg.Markers = marker.Dir{Path: h.Path(markers)}
+			if err := cfg.Validate(); err != nil {
+				return err
+			}
+			client, _, err := kc.Client()
+			if err != nil {
+				return err
+			}
+			rec := kube.NewRecorder(client, Name)
+			defer rec.Shutdown()
+			reg := prometheus.NewRegistry()
+			reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+			metrics := health.NewMetrics(reg)
+			ctx := cmd.Context()
+			if metricsAddr != "" {
+				_, stop, err := serveMetrics(ctx, metricsAddr, reg, log)
+				if err != nil {
+					return err
+				}
+				defer stop()
+			}
+			w := health.NewWatcher(cfg, health.Deps{Client: client, Host: h, Clock: clock.RealClock{}, Events: rec, Metrics: metrics, Log: log})
+			return w.Run(ctx)
+		},
+	}
+	f := cmd.Flags()
+	kc.AddFlags(f, 5, 10)
+	f.StringVar(&cfg.NodeName, "node-name", "", "this node's name (downward API spec.nodeName)")
+	f.StringVar(&domain, "label-domain", contract.DefaultDomain, "domain of the node-contract labels")
+	f.StringVar(&markers, "marker-dir", "/run/npu-stack", "host directory of the readiness markers")
+	f.DurationVar(&cfg.Interval, "probe-interval", time.Minute, "time between two probes")
+	f.DurationVar(&cfg.Timeout, "probe-timeout", 30*time.Second, "a probe running longer fails (a hang is a failure)")
+	f.IntVar(&cfg.Policy.FailureThreshold, "failure-threshold", 3, "consecutive failed probes before the node is marked wedged")
+	f.IntVar(&cfg.ExpectedChips, "expected-chips", 0, "chips npu-smi must show; 0 = as many as right after the driver loaded")
+	f.StringVar(&metricsAddr, "metrics-addr", "", "address of the Prometheus metrics endpoint, such as :9403; empty = off")
+	return cmd
+}
+
+// serveMetrics serves /metrics on addr; it returns the address it listens
+// on and a stop function that shuts the server down.
+func serveMetrics(ctx context.Context, addr string, reg *prometheus.Registry, log logrus.FieldLogger) (string, func(), error) {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	// Listen first so that a taken port fails the command at start, not
+	// silently later.
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return "", nil, fmt.Errorf("metrics endpoint %s: %w", addr, err)
+	}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.WithError(err).Error("metrics endpoint stopped")
+		}
+	}()
+	log.WithField("addr", ln.Addr().String()).Info("serving metrics")
+	return ln.Addr().String(), func() {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+	}, nil
+}
+
+func (s *shared) validate() *cobra.Command {
+	var (
+		cfg     validate.Config
+		wait    bool
+		timeout time.Duration
+		poll    time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "validate",
+		Short: "Check that the desired driver is loaded, npu-smi sees the chips and the driver-ready marker exists",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log, err := s.logger()
+			if err != nil {
+				return err
+			}
+			c := validate.Checker{Config: cfg, Host: s.host()}
+			ctx := cmd.Context()
+			if timeout > 0 {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeout(ctx, timeout)
+				defer cancel()
+			}
+			if wait {
+				return c.Wait(ctx, clock.RealClock{}, poll, log.WithField("node", cfg.NodeName))
+			}
+			if err := c.Check(ctx); err != nil {
+				return err
+			}
+			if !cfg.MarkerOnly {
+				log.WithField("node", cfg.NodeName).Info("NPU driver ready")
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.BoolVar(&wait, "wait", false, "block until every check passes (bounded by --timeout)")
+	f.BoolVar(&cfg.MarkerOnly, "marker-only", false, "check only the driver-ready marker (readiness probe)")
+	f.StringVar(&cfg.NodeName, "node-name", "", "this node's name, for messages")
+	f.StringVar(&cfg.DriverRoot, "driver-root", "", "host directory of the driver tree that must exist; empty = not checked")
+	f.StringVar(&cfg.MarkerDir, "marker-dir", "/run/npu-stack", "host directory of the readiness markers")
+	f.StringVar(&cfg.DriverVersion, "driver-version", "", "driver version that must be loaded; empty = any")
+	f.BoolVar(&cfg.RequireMarker, "require-marker", true, "require the driver-ready marker (false for a pre-installed driver without driver pod)")
+	f.DurationVar(&cfg.SMITimeout, "npu-smi-timeout", 30*time.Second, "npu-smi running longer fails the chip check")
+	f.DurationVar(&timeout, "timeout", 0, "give up after this long; 0 = never (the pod's deadline bounds it)")
+	f.DurationVar(&poll, "poll-interval", 2*time.Second, "with --wait, re-check this often besides on marker changes")
+	return cmd
+}
+
+func (s *shared) cdi() *cobra.Command {
+	group := &cobra.Command{Use: "cdi", Short: "Container Device Interface spec of the node's chips"}
+	var (
+		o      cdi.Options
+		output string
+	)
+	gen := &cobra.Command{
+		Use:   "generate",
+		Short: "Write the CDI spec: one device per /dev/davinciN, the common device nodes and the driver libraries",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log, err := s.logger()
+			if err != nil {
+				return err
+			}
+			if output == "" {
+				return errors.New("--output is required, such as /var/run/cdi/huawei-com-npu.yaml")
+			}
+			h := s.host()
+			spec, err := cdi.Build(h, o)
+			if err != nil {
+				return err
+			}
+			path := h.Path(output)
+			if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+				return fmt.Errorf("CDI spec directory: %w", err)
+			}
+			if err := cdi.Write(path, spec); err != nil {
+				return err
+			}
+			log.WithFields(logrus.Fields{"output": output, "kind": spec.Kind, "devices": len(spec.Devices) - 1}).Info("CDI spec written")
+			return nil
+		},
+	}
+	f := gen.Flags()
+	f.StringVar(&o.Kind, "kind", cdi.DefaultKind, "CDI kind (vendor/class) of the devices")
+	f.StringVar(&o.DriverRoot, "driver-root", "/usr/local/Ascend/driver", "host directory of the driver tree")
+	f.StringVar(&output, "output", "", "host path of the spec file to write")
+	group.AddCommand(gen)
+	return group
+}
