@@ -12,10 +12,10 @@ import (
 	"sort"
 	"strconv"
 
+	yaml "go.yaml.in/yaml/v3"
 	cdiapi "tags.cncf.io/container-device-interface/pkg/cdi"
 	"tags.cncf.io/container-device-interface/pkg/parser"
 	specs "tags.cncf.io/container-device-interface/specs-go"
-	yaml "go.yaml.in/yaml/v3"
 
 	"github.com/openfuyao/npu-stack/internal/atomicfile"
 	"github.com/openfuyao/npu-stack/internal/host"
