@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -65,7 +66,15 @@ type Node struct {
 
 	statusMu sync.Mutex
 	ready    bool
+
+	// lost: the machine went down for a reboot and never boots again.
+	lost atomic.Bool
 }
+
+// LoseOnReboot makes the next reboot take the machine down for good: its
+// processes die and the node stays NotReady, like hardware that does not
+// come back from a reboot.
+func (n *Node) LoseOnReboot() { n.lost.Store(true) }
 
 // Start registers the node, marks it Ready and starts running its pods.
 func Start(ctx context.Context, cfg Config) (*Node, error) {
@@ -277,6 +286,9 @@ func (n *Node) reboot(ctx context.Context) error {
 	}
 	for _, r := range n.pods {
 		r.kill(0)
+	}
+	if n.lost.Load() {
+		return nil
 	}
 	rebooted, err := n.host.CompleteReboot()
 	if err != nil || !rebooted {
