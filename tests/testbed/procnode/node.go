@@ -67,8 +67,8 @@ type Node struct {
 	statusMu sync.Mutex
 	ready    bool
 
-	// lost: the machine went down for a reboot and never boots again.
-	lost atomic.Bool
+	// lost: the next reboot never completes; gone: it happened.
+	lost, gone atomic.Bool
 }
 
 // LoseOnReboot makes the next reboot take the machine down for good: its
@@ -278,6 +278,9 @@ func (n *Node) watchReboots(ctx context.Context) {
 // NotReady, the boot ID changes and the kubelet restarts the pods' containers
 // (init containers first) as it does after a real boot.
 func (n *Node) reboot(ctx context.Context) error {
+	if n.gone.Load() {
+		return nil
+	}
 	n.statusMu.Lock()
 	n.ready = false
 	n.statusMu.Unlock()
@@ -288,6 +291,7 @@ func (n *Node) reboot(ctx context.Context) error {
 		r.kill(0)
 	}
 	if n.lost.Load() {
+		n.gone.Store(true)
 		return nil
 	}
 	rebooted, err := n.host.CompleteReboot()
