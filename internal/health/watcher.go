@@ -176,6 +176,10 @@ func (w *Watcher) Step(ctx context.Context) error {
 		if apierrors.IsConflict(err) && attempt < 3 {
 			continue
 		}
+		if res.OK && w.state.Failures > 0 && !acts.WithdrawRecovery && !acts.RestoreMarker {
+			// Worth a line: a flaky chip shows up here long before it wedges.
+			w.log.WithField("failures", w.state.Failures).Info("chip probe passed again below the failure threshold; no action")
+		}
 		w.state = st
 		w.markerSeen = (markerPresent || acts.RestoreMarker) && !acts.RemoveMarker
 		w.metrics.observe(res, st, (recorded || acts.RecordWedge || obs.Node.RecoveryRequested() || acts.RequestRecovery) && !acts.ClearWedge && !acts.WithdrawRecovery)

@@ -41,6 +41,9 @@ type ctr struct {
 	backoff   time.Duration
 	notBefore time.Time
 	waiting   *corev1.ContainerStateWaiting
+	// readiness is the readiness probe's verdict for the current process;
+	// nil when the container has no probe this node runs.
+	readiness *readiness
 }
 
 // podRun is a pod as this node runs it.
@@ -85,7 +88,7 @@ func (r *podRun) afterReboot() {
 		if c.proc != nil || c.running || c.exit != nil {
 			c.restarts++
 		}
-		c.proc, c.running, c.exit, c.waiting = nil, false, nil, nil
+		c.proc, c.running, c.exit, c.waiting, c.readiness = nil, false, nil, nil, nil
 		c.notBefore = time.Time{}
 	}
 	r.initDone = 0
@@ -234,7 +237,7 @@ func (n *Node) restartLater(ctx context.Context, key string, pod *corev1.Pod, r 
 }
 
 func (n *Node) startCtr(ctx context.Context, key string, pod *corev1.Pod, r *podRun, c *ctr) {
-	c.exit, c.waiting = nil, nil
+	c.exit, c.waiting, c.readiness = nil, nil, nil
 	fail := func(reason string, err error) {
 		c.waiting = &corev1.ContainerStateWaiting{Reason: reason, Message: err.Error()}
 		n.queue.AddAfter(key, time.Second)
@@ -273,6 +276,9 @@ func (n *Node) startCtr(ctx context.Context, key string, pod *corev1.Pod, r *pod
 		return
 	}
 	c.proc, c.running = p, true
+	if probe := probeArgv(n.cfg.BinDir, c.spec.ReadinessProbe, env); probe != nil {
+		n.startReadinessProbe(key, c, p, probe, procEnv, r.dir)
+	}
 	go func() {
 		<-p.done
 		n.queue.Add(key)
@@ -313,7 +319,7 @@ func ctrStatus(c *ctr) corev1.ContainerStatus {
 	switch {
 	case c.running:
 		s.State.Running = &corev1.ContainerStateRunning{StartedAt: c.startedAt}
-		s.Ready, s.Started = true, ptr.To(true)
+		s.Ready, s.Started = c.readiness == nil || c.readiness.ready.Load(), ptr.To(true)
 	case c.exit != nil && c.waiting == nil:
 		s.State.Terminated = c.exit
 		s.Started = ptr.To(false)
