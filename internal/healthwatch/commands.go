@@ -91,7 +91,7 @@ func (s *shared) installBinary() *cobra.Command {
 			if err := atomicfile.Copy(self, dst, 0o755); err != nil {
 				return fmt.Errorf("install-binary: %w", err)
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "installed %s\n", dst)
+			_, _ = fmt.Fprintf(cmd.OutOrStdout(), "installed %s\n", dst)
 			return nil
 		},
 	}

@@ -11,6 +11,7 @@ import (
 	cdiapi "tags.cncf.io/container-device-interface/pkg/cdi"
 
 	"github.com/openfuyao/npu-stack/internal/contract"
+	"github.com/openfuyao/npu-stack/tests/testbed"
 )
 
 // A fresh node gets the desired driver installed, the device plugin's gate
@@ -99,7 +100,9 @@ func TestBriefFailureBelowThresholdLeavesNoTrace(t *testing.T) {
 	}
 	eventually(ctx, t, "two failed probes", func() bool { return strings.Contains(f.logs(node, "watch"), "failures=2") })
 	heal(t, node)
-	eventually(ctx, t, "probe passing again", func() bool { return strings.Contains(f.logs(node, "watch"), "passed again below the failure threshold") })
+	eventually(ctx, t, "probe passing again", func() bool {
+		return strings.Contains(f.logs(node, "watch"), "passed again below the failure threshold")
+	})
 
 	n, err := env.Client.CoreV1().Nodes().Get(ctx, node.Name(), metav1.GetOptions{})
 	if err != nil {
@@ -170,7 +173,7 @@ func restarted(p *corev1.Pod) bool {
 
 func waitPods(ctx context.Context, t *testing.T, ns, selector, what string, cond func(*corev1.Pod) bool) {
 	t.Helper()
-	lw := testbedPodsLW(ns, selector)
+	lw := testbed.PodsLW(env.Client, ns, selector)
 	if err := waitAll(ctx, lw, cond); err != nil {
 		t.Fatalf("%s: %v", what, err)
 	}

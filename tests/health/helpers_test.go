@@ -257,8 +257,6 @@ func heal(t *testing.T, node *procnode.Node) {
 	}
 }
 
-func testbedPodsLW(ns, selector string) cache.ListerWatcher { return testbed.PodsLW(env.Client, ns, selector) }
-
 // waitAll waits until at least one pod exists and every pod satisfies cond.
 func waitAll(ctx context.Context, lw cache.ListerWatcher, cond func(*corev1.Pod) bool) error {
 	last := "no pods"
