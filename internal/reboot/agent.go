@@ -529,7 +529,8 @@ func (a *Agent) announce(ctx context.Context, node *corev1.Node, f Facts, reason
 	if a.announced == key {
 		return true, nil
 	}
-	bootTime := now.Add(-f.Uptime)
+	// Event times have second resolution.
+	bootTime := now.Add(-f.Uptime).Truncate(time.Second)
 	list, err := a.cfg.Client.CoreV1().Events(metav1.NamespaceAll).List(ctx, metav1.ListOptions{FieldSelector: fields.Set{
 		"involvedObject.kind": "Node", "involvedObject.name": node.Name, "reason": string(contract.EventRebootRequired),
 	}.String()})

@@ -56,6 +56,9 @@ type State struct {
 	// RebootRequest is the method of a reboot asked for and not yet
 	// carried out by the harness.
 	RebootRequest host.RebootMethod `json:"rebootRequest,omitempty"`
+	// RebootFailure, when set, makes Reboot fail with this message, like
+	// a systemctl reboot refused by the host.
+	RebootFailure string `json:"rebootFailure,omitempty"`
 	// Installs counts driver installs, across boots.
 	Installs           int      `json:"installs,omitempty"`
 	LastInstallCommand []string `json:"lastInstallCommand,omitempty"`
@@ -161,6 +164,9 @@ func (h *Host) Reboot(_ context.Context, method host.RebootMethod) error {
 		return err
 	}
 	return h.Update(func(st *State) error {
+		if st.RebootFailure != "" {
+			return fmt.Errorf("simulated host %s: reboot (%s) failed: %s", h.Dir, method, st.RebootFailure)
+		}
 		st.RebootRequest = method
 		return nil
 	})
