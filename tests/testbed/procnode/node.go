@@ -191,7 +191,10 @@ func (n *Node) register(ctx context.Context) error {
 func (n *Node) setStatus(ctx context.Context, change func(*corev1.NodeStatus)) error {
 	n.statusMu.Lock()
 	defer n.statusMu.Unlock()
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+	// The rollout, the agents and the node lifecycle controller all write
+	// this Node; DefaultBackoff outlasts their bursts where DefaultRetry's
+	// 50 ms does not.
+	err := retry.RetryOnConflict(retry.DefaultBackoff, func() error {
 		node, err := n.cfg.Client.CoreV1().Nodes().Get(ctx, n.cfg.Name, metav1.GetOptions{})
 		if err != nil {
 			return err
@@ -280,6 +283,18 @@ func (n *Node) watchReboots(ctx context.Context) {
 func (n *Node) reboot(ctx context.Context) error {
 	if n.gone.Load() {
 		return nil
+	}
+	st, err := n.host.State()
+	if err != nil {
+		return err
+	}
+	if st.RebootRequest == "" {
+		// A retry after the reboot itself happened but the final status
+		// write failed: only that write is left to do.
+		n.statusMu.Lock()
+		n.ready = true
+		n.statusMu.Unlock()
+		return n.setStatus(ctx, func(s *corev1.NodeStatus) { s.NodeInfo.BootID = st.BootID })
 	}
 	n.statusMu.Lock()
 	n.ready = false
