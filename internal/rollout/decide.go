@@ -79,7 +79,7 @@ func Decide(s Snapshot, p Policy, keys contract.Keys, now time.Time) Decision {
 		if n.State == contract.StateFailed {
 			failed++
 		}
-		if n.Canary && (n.State != contract.StateDone || n.OutOfDate()) && !(n.Skip && n.State == contract.StateDone) {
+		if n.Canary && (n.State != contract.StateDone || n.OutOfDate()) && (!n.Skip || n.State != contract.StateDone) {
 			canaryPending = true
 		}
 	}
@@ -108,7 +108,8 @@ func Decide(s Snapshot, p Policy, keys contract.Keys, now time.Time) Decision {
 				candidates = append(candidates, n)
 			}
 		case n.State == contract.StateFailed:
-			wait = "failed at " + n.FailureStep + ": " + n.FailureReason
+			wait = "failed at " + n.FailureStep + ": " + n.FailureReason + "; after fixing it, retry with: kubectl label node " +
+				n.Name + " " + keys.UpgradeState() + "=" + string(contract.StateUpgradeRequired) + " --overwrite"
 		default:
 			acts, wait, requeue = decideInFlight(b, n, p, s, now)
 		}

@@ -29,13 +29,15 @@ func nv(name string, opts ...func(*NodeView)) NodeView {
 	return n
 }
 
-func in(s contract.UpgradeState) func(*NodeView) { return func(n *NodeView) { n.State = s; n.RawState = string(s) } }
-func loaded(v string) func(*NodeView)            { return func(n *NodeView) { n.Loaded = v } }
-func cordoned(n *NodeView)                       { n.Unschedulable = true }
-func notReady(n *NodeView)                       { n.Ready = false }
-func skip(n *NodeView)                           { n.Skip = true }
-func canary(n *NodeView)                         { n.Canary = true }
-func wasCordoned(v bool) func(*NodeView)         { return func(n *NodeView) { n.WasCordoned = &v } }
+func in(s contract.UpgradeState) func(*NodeView) {
+	return func(n *NodeView) { n.State = s; n.RawState = string(s) }
+}
+func loaded(v string) func(*NodeView)    { return func(n *NodeView) { n.Loaded = v } }
+func cordoned(n *NodeView)               { n.Unschedulable = true }
+func notReady(n *NodeView)               { n.Ready = false }
+func skip(n *NodeView)                   { n.Skip = true }
+func canary(n *NodeView)                 { n.Canary = true }
+func wasCordoned(v bool) func(*NodeView) { return func(n *NodeView) { n.WasCordoned = &v } }
 
 func policy(opts ...func(*Policy)) Policy {
 	p := Policy{MaxParallel: 1, MaxUnavailable: intstr.FromString("25%"), MaxFailures: 1, RebootTimeout: 30 * time.Minute}
@@ -64,7 +66,6 @@ func moves(d Decision) []string {
 	}
 	return out
 }
-
 
 func want(t *testing.T, d Decision, exp ...string) {
 	t.Helper()
@@ -104,9 +105,9 @@ func TestResolveMaxUnavailableRoundsUp(t *testing.T) {
 func TestIdleNodes(t *testing.T) {
 	p := policy()
 	want(t, decide(p, nv("a")), "a:done>upgrade-required")
-	want(t, decide(p, nv("a", loaded("2.0"))))                    // up to date
-	want(t, decide(p, nv("a", loaded(""))))                       // version not reported: no guess
-	want(t, decide(p, nv("a", skip)))                             // skip label
+	want(t, decide(p, nv("a", loaded("2.0"))))                                       // up to date
+	want(t, decide(p, nv("a", loaded(""))))                                          // version not reported: no guess
+	want(t, decide(p, nv("a", skip)))                                                // skip label
 	want(t, decide(p, nv("a", func(n *NodeView) { n.ProfileError = "no profile" }))) // not covered
 	d := decide(p, nv("a", skip), nv("b", loaded("2.0")))
 	if d.Outcome != Finished || d.Progress.Skipped != 1 || d.Progress.Done != 1 {
