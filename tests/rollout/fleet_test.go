@@ -1,0 +1,330 @@
+package rollout_test
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"helm.sh/helm/v3/pkg/release"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/openfuyao/npu-stack/internal/contract"
+	"github.com/openfuyao/npu-stack/tests/testbed"
+	"github.com/openfuyao/npu-stack/tests/testbed/procnode"
+)
+
+var keys = contract.Keys{Domain: contract.DefaultDomain}
+
+// fleet is one test's process nodes running the whole chart (driver with
+// its gate and health-watch, rebooter, device plugin, exporter), driver
+// OldVersion loaded everywhere.
+type fleet struct {
+	t      *testing.T
+	ns     string
+	nodes  []*procnode.Node
+	vals   map[string]any
+	policy map[string]any
+}
+
+const (
+	oldVersion = "1.0.0"
+	newVersion = "2.0.0"
+)
+
+// newFleet starts n nodes and installs the chart on them without hooks
+// (the tests run npu-hooks themselves). edit adjusts the upgrade policy.
+func newFleet(t *testing.T, n int, edit func(policy, rebooter map[string]any)) *fleet {
+	t.Helper()
+	ctx := ctxTimeout(t, 4*time.Minute)
+	ns := namespace(t)
+	nodes, err := env.AddProcessNodes(ctx, n, testbed.NodeSpec{Prefix: "ro", Labels: map[string]string{fleetLabel: ns}, Driver: oldVersion})
+	if err != nil {
+		t.Fatal(err)
+	}
+	policy := map[string]any{"autoUpgrade": true, "maxParallelUpgrades": 1, "maxUnavailable": "25%", "rebootTimeoutSeconds": 120}
+	rebooter := map[string]any{"uptimeGuardMinutes": 0, "metricsPort": 0, "slots": 3}
+	if edit != nil {
+		edit(policy, rebooter)
+	}
+	f := &fleet{t: t, ns: ns, nodes: nodes, policy: policy}
+	f.vals = map[string]any{
+		"namespace":       ns,
+		"npuNodeSelector": map[string]any{contract.LabelNPUPresent: "true", fleetLabel: ns},
+		"driver":          map[string]any{"version": oldVersion, "upgradePolicy": policy},
+		"rebooter":        rebooter,
+		"healthWatch":     map[string]any{"probeIntervalSeconds": 5, "probeTimeoutSeconds": 2},
+		"hooks":           map[string]any{"resume": map[string]any{"enabled": false}, "preflight": map[string]any{"enabled": false}},
+	}
+	if _, err := env.Helm(ns).Install(ctx, ns, f.vals, testbed.InstallOptions{DisableHooks: true}); err != nil {
+		t.Fatal(err)
+	}
+	f.waitNodes(ctx, "driver "+oldVersion+" loaded and ready", func(n *corev1.Node) bool {
+		return n.Labels[keys.DriverVersion()] == oldVersion && n.Labels[keys.DriverReady()] == contract.True
+	})
+	t.Cleanup(func() {
+		if t.Failed() {
+			f.dumpLogs()
+		}
+	})
+	return f
+}
+
+func (f *fleet) names() []string {
+	var out []string
+	for _, n := range f.nodes {
+		out = append(out, n.Name())
+	}
+	return out
+}
+
+func (f *fleet) selector() string { return fleetLabel + "=" + f.ns }
+
+// waitNodes waits until cond holds for every node of the fleet.
+func (f *fleet) waitNodes(ctx context.Context, what string, cond func(*corev1.Node) bool) {
+	f.t.Helper()
+	var not []string
+	err := testbed.WaitFor(ctx, cache.NewFilteredListWatchFromClient(env.Client.CoreV1().RESTClient(), "nodes", "", func(o *metav1.ListOptions) {
+		o.LabelSelector = f.selector()
+	}), &corev1.Node{}, func(nodes []*corev1.Node) (bool, error) {
+		not = not[:0]
+		for _, n := range nodes {
+			if !cond(n) {
+				not = append(not, n.Name)
+			}
+		}
+		return len(nodes) == len(f.nodes) && len(not) == 0, nil
+	})
+	if err != nil {
+		f.t.Fatalf("%s: %v (not yet: %v)", what, err, not)
+	}
+}
+
+// upgrade changes driver.version like `helm upgrade --set
+// driver.version=v` (hooks off) and returns the rollout Job's arguments as
+// the chart renders them.
+func (f *fleet) upgrade(ctx context.Context, version string) []string {
+	f.t.Helper()
+	f.vals["driver"].(map[string]any)["version"] = version
+	rel, err := env.Helm(f.ns).Upgrade(ctx, f.ns, f.vals, testbed.InstallOptions{DisableHooks: true})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return rolloutArgs(f.t, rel)
+}
+
+// rolloutArgs extracts the rollout hook Job's container args.
+func rolloutArgs(t *testing.T, rel *release.Release) []string {
+	t.Helper()
+	for _, h := range rel.Hooks {
+		if !strings.HasSuffix(h.Name, "-rollout") {
+			continue
+		}
+		var job batchv1.Job
+		if err := yaml.Unmarshal([]byte(h.Manifest), &job); err != nil {
+			t.Fatalf("decode rollout hook: %v", err)
+		}
+		return job.Spec.Template.Spec.Containers[0].Args
+	}
+	t.Fatalf("release %s has no rollout hook", rel.Name)
+	return nil
+}
+
+// rollout is one npu-hooks rollout process.
+type rollout struct {
+	cmd  *exec.Cmd
+	log  *os.File
+	done chan struct{}
+	code int
+}
+
+// startRollout runs npu-hooks with the chart's args plus extra, with a
+// stable lease identity (a restarted process takes its lease back at once,
+// like a restarted container of the same pod).
+func (f *fleet) startRollout(args []string, extra ...string) *rollout {
+	f.t.Helper()
+	logf, err := os.CreateTemp(f.t.TempDir(), "rollout-*.log")
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	all := append(append([]string{}, args...), "--lease-identity=rollout-"+f.ns, "--lease-duration=5s", "--log-level=debug")
+	all = append(all, extra...)
+	cmd := exec.Command(filepath.Join(env.ProductBinDir, "npu-hooks"), all...)
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+env.Kubeconfig)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		f.t.Fatal(err)
+	}
+	r := &rollout{cmd: cmd, log: logf, done: make(chan struct{})}
+	go func() {
+		_ = cmd.Wait()
+		r.code = cmd.ProcessState.ExitCode()
+		close(r.done)
+	}()
+	f.t.Cleanup(func() { _ = cmd.Process.Kill(); <-r.done })
+	return r
+}
+
+func (r *rollout) output() string {
+	b, _ := os.ReadFile(r.log.Name())
+	return string(b)
+}
+
+// wait waits for the process to exit and returns its exit code.
+func (r *rollout) wait(ctx context.Context, t *testing.T) int {
+	t.Helper()
+	select {
+	case <-r.done:
+		return r.code
+	case <-ctx.Done():
+		t.Fatalf("rollout did not finish: %v\n%s", ctx.Err(), r.output())
+	}
+	return -1
+}
+
+func (f *fleet) dumpLogs() {
+	pods, err := env.Client.CoreV1().Pods(f.ns).List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		return
+	}
+	for _, p := range pods.Items {
+		node, ok := env.ProcessNode(p.Spec.NodeName)
+		if !ok {
+			continue
+		}
+		for _, c := range append(p.Spec.InitContainers, p.Spec.Containers...) {
+			if l := node.Logs(f.ns, p.Name, c.Name); l != "" {
+				f.t.Logf("--- %s/%s on %s:\n%s", p.Name, c.Name, p.Spec.NodeName, tail(l, 30))
+			}
+		}
+	}
+}
+
+func tail(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// invariants watches the fleet's nodes the whole time and records the
+// most nodes unavailable (cordoned or NotReady) at once.
+type invariants struct {
+	mu             sync.Mutex
+	maxUnavailable int
+	worst          []string
+	nodes          map[string]*corev1.Node
+	stop           chan struct{}
+}
+
+func (f *fleet) watchInvariants() *invariants {
+	inv := &invariants{nodes: map[string]*corev1.Node{}, stop: make(chan struct{})}
+	lw := cache.NewFilteredListWatchFromClient(env.Client.CoreV1().RESTClient(), "nodes", "", func(o *metav1.ListOptions) {
+		o.LabelSelector = f.selector()
+	})
+	_, ctrl := cache.NewInformerWithOptions(cache.InformerOptions{ListerWatcher: lw, ObjectType: &corev1.Node{}, Handler: cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(o any) { inv.see(o.(*corev1.Node)) },
+		UpdateFunc: func(_, o any) { inv.see(o.(*corev1.Node)) },
+	}})
+	go ctrl.Run(inv.stop)
+	f.t.Cleanup(func() { close(inv.stop) })
+	return inv
+}
+
+func (inv *invariants) see(n *corev1.Node) {
+	inv.mu.Lock()
+	defer inv.mu.Unlock()
+	inv.nodes[n.Name] = n
+	var down []string
+	for name, n := range inv.nodes {
+		if n.Spec.Unschedulable || !nodeReady(n) {
+			down = append(down, name)
+		}
+	}
+	if len(down) > inv.maxUnavailable {
+		sort.Strings(down)
+		inv.maxUnavailable, inv.worst = len(down), down
+	}
+}
+
+func (inv *invariants) max() (int, []string) {
+	inv.mu.Lock()
+	defer inv.mu.Unlock()
+	return inv.maxUnavailable, inv.worst
+}
+
+func nodeReady(n *corev1.Node) bool {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// checkDone asserts the end state of a finished rollout: every node on the
+// new driver with its labels cleaned up, rebooted exactly once, and
+// uncordoned unless in keepCordoned.
+func (f *fleet) checkDone(ctx context.Context, keepCordoned ...string) {
+	f.t.Helper()
+	for _, pn := range f.nodes {
+		n, err := env.Client.CoreV1().Nodes().Get(ctx, pn.Name(), metav1.GetOptions{})
+		if err != nil {
+			f.t.Fatal(err)
+		}
+		if v := n.Labels[keys.DriverVersion()]; v != newVersion {
+			f.t.Errorf("%s: driver-version %q, want %s", n.Name, v, newVersion)
+		}
+		for _, k := range []string{keys.UpgradeState(), keys.RebootRequired()} {
+			if v, ok := n.Labels[k]; ok {
+				f.t.Errorf("%s: label %s=%s left behind", n.Name, k, v)
+			}
+		}
+		for k := range n.Annotations {
+			if strings.HasPrefix(k, keys.Domain+"/driver-upgrade.") && k != keys.RebootHistory() && k != keys.RebootStartedAt() && k != keys.RebootFromBootID() {
+				f.t.Errorf("%s: bookkeeping annotation %s left behind", n.Name, k)
+			}
+		}
+		want := !contains(keepCordoned, n.Name)
+		if n.Spec.Unschedulable == want {
+			f.t.Errorf("%s: unschedulable=%t, want %t", n.Name, n.Spec.Unschedulable, !want)
+		}
+		st, err := pn.Host().State()
+		if err != nil {
+			f.t.Fatal(err)
+		}
+		if st.Reboots != 1 || st.LoadedDriver != newVersion {
+			f.t.Errorf("%s: %d reboots with driver %q loaded, want exactly 1 reboot and %s", n.Name, st.Reboots, st.LoadedDriver, newVersion)
+		}
+	}
+}
+
+func contains(xs []string, x string) bool {
+	for _, v := range xs {
+		if v == x {
+			return true
+		}
+	}
+	return false
+}
+
+// waitNode waits until cond holds for node.
+func waitNode(ctx context.Context, t *testing.T, name, what string, cond func(*corev1.Node) bool) {
+	t.Helper()
+	lw := cache.NewFilteredListWatchFromClient(env.Client.CoreV1().RESTClient(), "nodes", "", func(o *metav1.ListOptions) {
+		o.FieldSelector = "metadata.name=" + name
+	})
+	if err := testbed.WaitFor(ctx, lw, &corev1.Node{}, func(ns []*corev1.Node) (bool, error) { return len(ns) == 1 && cond(ns[0]), nil }); err != nil {
+		t.Fatalf("%s: %s: %v", name, what, err)
+	}
+}
