@@ -328,3 +328,21 @@ func waitNode(ctx context.Context, t *testing.T, name, what string, cond func(*c
 		t.Fatalf("%s: %s: %v", name, what, err)
 	}
 }
+
+// events returns the events of reason on node once at least min of them
+// exist (events are written asynchronously by their recorders).
+func events(ctx context.Context, t *testing.T, node string, reason contract.EventReason, min int) []*corev1.Event {
+	t.Helper()
+	lw := cache.NewFilteredListWatchFromClient(env.Client.CoreV1().RESTClient(), "events", "", func(o *metav1.ListOptions) {
+		o.FieldSelector = "involvedObject.kind=Node,involvedObject.name=" + node + ",reason=" + string(reason)
+	})
+	var got []*corev1.Event
+	err := testbed.WaitFor(ctx, lw, &corev1.Event{}, func(es []*corev1.Event) (bool, error) {
+		got = es
+		return len(es) >= min, nil
+	})
+	if err != nil {
+		t.Fatalf("%s: want at least %d %s events, have %d: %v", node, min, reason, len(got), err)
+	}
+	return got
+}

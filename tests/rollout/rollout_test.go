@@ -2,6 +2,9 @@ package rollout_test
 
 import (
 	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -34,6 +37,19 @@ func TestRolloutTwelveNodesWithinBudget(t *testing.T) {
 		t.Errorf("rollout must report its result:\n%s", tail(r.output(), 5))
 	}
 	f.checkDone(ctx, pre)
+	for _, n := range f.names() {
+		if es := events(ctx, t, n, contract.EventRebootRequired, 1); len(es) != 1 || !strings.Contains(es[0].Message, "reason=upgrade") {
+			t.Errorf("%s: want one RebootRequired event with reason=upgrade, got %d (%s)", n, len(es), es[0].Message)
+		}
+		var msgs []string
+		for _, e := range events(ctx, t, n, contract.EventNPUDriverUpgrade, 8) {
+			msgs = append(msgs, e.Message)
+		}
+		if all := strings.Join(msgs, "\n"); !strings.Contains(all, "validation-required → uncordon-required") || !strings.Contains(all, "→ up-to-date") {
+			t.Errorf("%s: NPUDriverUpgrade events must trace every transition:\n%s", n, all)
+		}
+		events(ctx, t, n, contract.EventRebootCompleted, 1)
+	}
 	if max, worst := inv.max(); max > 3 {
 		t.Errorf("up to %d nodes were unavailable at once (%v); maxUnavailable 25%% of 12 allows 3", max, worst)
 	} else {
@@ -105,15 +121,20 @@ func TestManualModeRebootsOnlyApprovedNodes(t *testing.T) {
 			t.Fatalf("%s rebooted without approval", pn.Name())
 		}
 	}
-	// The documented command: approve every NPU node at once.
-	for _, n := range names[1:] {
-		approve(t, n)
+	// The documented command, verbatim: approve every NPU node at once.
+	kubectl := filepath.Join(env.BinDir, "kubectl")
+	cmd := exec.CommandContext(ctx, "sh", "-c", "kubectl get nodes -l openfuyao.com/npu.present -o name | xargs -I{} kubectl annotate {} npu.openfuyao.com/approve-reboot=true --overwrite")
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+env.Kubeconfig, "PATH="+filepath.Dir(kubectl)+":"+os.Getenv("PATH"))
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("documented approve command: %v\n%s", err, out)
 	}
 	if code := r.wait(ctx, t); code != 0 {
 		t.Fatalf("rollout exit %d:\n%s", code, r.output())
 	}
 	f.checkDone(ctx)
-	for _, n := range names {
+	// names[0] was done before the bulk approval: it keeps its approval
+	// for its next reboot, as the contract says an early approval does.
+	for _, n := range names[1:] {
 		if _, ok := getNode(t, n).Annotations[keys.ApproveReboot()]; ok {
 			t.Errorf("%s: approval not consumed", n)
 		}
