@@ -99,3 +99,9 @@ func (k Keys) RecoveryCordoned() string { return k.key("driver-upgrade.recovery-
 // DriverSpecVersion is the annotation the chart puts on the driver
 // DaemonSet and its pod template: the desired driver version.
 func (k Keys) DriverSpecVersion() string { return k.key("driver-version") }
+
+// RebootStartedReason is the reason (upgrade or recovery) of the reboot
+// recorded in RebootFromBootID, kept by the rebooter because the
+// requester may clear reboot-reason after the boot before the rebooter
+// completes the reboot.
+func (k Keys) RebootStartedReason() string { return k.key("driver-upgrade.reboot-started-reason") }

@@ -67,10 +67,15 @@ const (
 	// turns into a tight loop.
 	minBackoff = 30 * time.Second
 	maxBackoff = 10 * time.Minute
-	// How long a recorded reboot waits for its RebootRequired event to be
-	// visible before rebooting anyway (the event must not be lost to the
-	// reboot, but a broken event API must not block recovery).
-	announceAttempts = 10
+	// The requester (rollout, health-watch) usually emits RebootRequired
+	// itself, a moment after it sets the label; the rebooter emits it only
+	// if none shows up within announceGrace, so that there is one event
+	// per pending reboot.
+	announceGrace = 5 * time.Second
+	// How long a reboot waits for that event to be visible before going
+	// ahead anyway: it must not be lost to the reboot, but a broken event
+	// API must not block a recovery.
+	announceVisible = 10 * time.Second
 )
 
 // Agent is one node's rebooter.
@@ -86,14 +91,15 @@ type Agent struct {
 	fleet  cache.Store // nil without AutoRecover
 
 	// Per-process memory; everything else is read from the node.
-	issuedAt    time.Time
-	retryAt     time.Time
-	failures    int
-	announced   string // bootID/reason whose RebootRequired event is visible
-	emitted     string // bootID/reason whose RebootRequired event we emitted
-	announceTry int
-	lastCause   Cause
-	lastSlotMsg string
+	issuedAt     time.Time
+	retryAt      time.Time
+	failures     int
+	announced    string // bootID/reason whose RebootRequired event is visible
+	emitted      string // bootID/reason whose RebootRequired event we emitted
+	pendingKey   string // bootID/reason of the pending reboot first seen at pendingSince
+	pendingSince time.Time
+	lastCause    Cause
+	lastSlotMsg  string
 }
 
 // New validates cfg and builds an Agent.
@@ -263,13 +269,28 @@ func (a *Agent) sync(ctx context.Context) (time.Duration, error) {
 	} else {
 		log.Debug(act.Why)
 	}
-	pending := node.Labels[a.keys.RebootRequired()] == contract.True && node.Annotations[a.keys.RebootFromBootID()] == ""
-	if pending {
-		if _, err := a.announce(ctx, node, f, act.Reason, now); err != nil {
+	var announceIn time.Duration
+	if node.Labels[a.keys.RebootRequired()] == contract.True && node.Annotations[a.keys.RebootFromBootID()] == "" {
+		var announced bool
+		announced, err = a.announce(ctx, node, f, act.Reason, now)
+		if err != nil {
 			log.WithError(err).Warn("cannot check for the RebootRequired event")
 		}
+		// Look again soon until the event shows up, but not forever: a
+		// broken event API must not turn into a polling loop.
+		if !announced && now.Before(a.pendingSince.Add(announceGrace+announceVisible)) {
+			announceIn = time.Second
+		}
 	}
+	after, err := a.do(ctx, node, act, now)
+	if announceIn > 0 && err == nil && (after == 0 || after > announceIn) {
+		after = announceIn
+	}
+	return after, err
+}
 
+// do carries out act.
+func (a *Agent) do(ctx context.Context, node *corev1.Node, act Action, now time.Time) (time.Duration, error) {
 	switch act.Kind {
 	case Idle:
 		a.resetPending()
@@ -374,7 +395,7 @@ func (a *Agent) report(node *corev1.Node, act Action) {
 }
 
 func (a *Agent) resetPending() {
-	a.lastCause, a.lastSlotMsg, a.announceTry = CauseNone, "", 0
+	a.lastCause, a.lastSlotMsg, a.pendingKey = CauseNone, "", ""
 	a.issuedAt, a.retryAt, a.failures = time.Time{}, time.Time{}, 0
 }
 
@@ -440,8 +461,7 @@ func (a *Agent) reboot(ctx context.Context, node *corev1.Node, act Action) (time
 		if err != nil {
 			a.cfg.Log.WithError(err).Warn("cannot check for the RebootRequired event")
 		}
-		if !announced && a.announceTry < announceAttempts {
-			a.announceTry++
+		if !announced && now.Before(a.pendingSince.Add(announceGrace+announceVisible)) {
 			return time.Second, nil
 		}
 		h, _ := budget.Parse(fresh.Annotations[a.keys.RebootHistory()])
@@ -449,6 +469,8 @@ func (a *Agent) reboot(ctx context.Context, node *corev1.Node, act Action) (time
 			a.keys.RebootFromBootID(): kube.Set(f.BootID),
 			a.keys.RebootStartedAt():  kube.Set(now.UTC().Format(time.RFC3339)),
 			a.keys.RebootHistory():    kube.Set(a.cfg.Policy.Budget.Add(h, now).String()),
+			// The requester may clear reboot-reason before completion.
+			a.keys.RebootStartedReason(): kube.Set(string(act.Reason)),
 		}}
 		if act.ConsumeApproval {
 			change.Annotations[a.keys.ApproveReboot()] = nil
@@ -495,9 +517,10 @@ func (a *Agent) complete(ctx context.Context, node *corev1.Node, act Action) (ti
 	change := kube.NodeChange{
 		Labels: map[string]*string{a.keys.RebootRequired(): nil},
 		Annotations: map[string]*string{
-			a.keys.RebootReason():     nil,
-			a.keys.RebootFromBootID(): nil,
-			a.keys.RebootStartedAt():  nil,
+			a.keys.RebootReason():        nil,
+			a.keys.RebootFromBootID():    nil,
+			a.keys.RebootStartedAt():     nil,
+			a.keys.RebootStartedReason(): nil,
 		},
 	}
 	if _, err := kube.PatchNodeIf(ctx, a.cfg.Client, node.Name, node.ResourceVersion, change); err != nil {
@@ -529,6 +552,9 @@ func (a *Agent) announce(ctx context.Context, node *corev1.Node, f Facts, reason
 	if a.announced == key {
 		return true, nil
 	}
+	if a.pendingKey != key {
+		a.pendingKey, a.pendingSince = key, now
+	}
 	// Event times have second resolution.
 	bootTime := now.Add(-f.Uptime).Truncate(time.Second)
 	list, err := a.cfg.Client.CoreV1().Events(metav1.NamespaceAll).List(ctx, metav1.ListOptions{FieldSelector: fields.Set{
@@ -543,7 +569,7 @@ func (a *Agent) announce(ctx context.Context, node *corev1.Node, f Facts, reason
 			return true, nil
 		}
 	}
-	if a.emitted != key {
+	if a.emitted != key && !now.Before(a.pendingSince.Add(announceGrace)) {
 		a.emitted = key
 		a.cfg.Recorder.Node(node, false, contract.EventRebootRequired, "node %s needs a reboot: reason=%s", node.Name, reasonText(reason))
 	}

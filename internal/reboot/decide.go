@@ -134,6 +134,9 @@ func Decide(f Facts, p Policy, now time.Time) Action {
 	n := f.Node
 	reason := contract.RebootReason(n.Annotations[k.RebootReason()])
 	if from := n.Annotations[k.RebootFromBootID()]; from != "" {
+		if r := n.Annotations[k.RebootStartedReason()]; r != "" {
+			reason = contract.RebootReason(r)
+		}
 		return decideIssued(f, p, now, from, reason)
 	}
 	pending := n.Labels[k.RebootRequired()] == contract.True

@@ -154,6 +154,8 @@ func TestDecide(t *testing.T) {
 		// Recorded reboots.
 		{name: "boot ID changed: complete", facts: facts(pending("upgrade", "driver-upgrade.reboot-from-boot-id", "boot-0")), want: Action{Kind: Complete}},
 		{name: "complete even if the marker was removed", facts: facts(node(nil, map[string]string{"driver-upgrade.reboot-from-boot-id": "boot-0"})), want: Action{Kind: Complete}},
+		{name: "complete keeps the recorded reason after the requester cleared its own", facts: facts(node(nil, map[string]string{
+			"driver-upgrade.reboot-from-boot-id": "boot-0", "driver-upgrade.reboot-started-reason": "recovery"})), want: Action{Kind: Complete}, why: "boot ID changed"},
 		{name: "fresh process repeats a recorded reboot without approval", facts: with(facts(pending("upgrade", "driver-upgrade.reboot-from-boot-id", "boot-1")), func(f *Facts) { f.SlotHeld = true }),
 			want: Action{Kind: Reboot}},
 		{name: "recorded reboot ignores the uptime guard and budget", facts: with(facts(pending("recovery", "driver-upgrade.reboot-from-boot-id", "boot-1", "driver-upgrade.reboot-history", history(30, 20, 10))), func(f *Facts) {
@@ -198,6 +200,10 @@ func TestDecideReasonCarried(t *testing.T) {
 	f := facts(pending("recovery"))
 	if got := Decide(f, policy(), now); got.Reason != contract.ReasonRecovery {
 		t.Fatalf("Reason = %q, want recovery", got.Reason)
+	}
+	f = facts(node(nil, map[string]string{"driver-upgrade.reboot-from-boot-id": "boot-0", "driver-upgrade.reboot-started-reason": "recovery"}))
+	if got := Decide(f, policy(), now); got.Kind != Complete || got.Reason != contract.ReasonRecovery {
+		t.Fatalf("Decide = %v reason %q, want complete with the recorded reason recovery", got.Kind, got.Reason)
 	}
 }
 

@@ -75,12 +75,21 @@ func rebooterValues(ns string, edit func(rebooter, recovery, upgradePolicy map[s
 // newFleet starts n process nodes in a namespace of their own and installs
 // the chart on them with rebooterValues changed by edit.
 func newFleet(t *testing.T, n int, edit func(rebooter, recovery, upgradePolicy map[string]any)) *fleet {
-	return newFleetThen(t, n, edit, nil)
+	return startFleet(t, n, edit, nil, nil)
 }
 
 // newFleetThen is newFleet with a step between starting the nodes and
 // installing the chart.
 func newFleetThen(t *testing.T, n int, edit func(rebooter, recovery, upgradePolicy map[string]any), beforeInstall func(*fleet)) *fleet {
+	return startFleet(t, n, edit, nil, beforeInstall)
+}
+
+// newFleetWith is newFleet with a last edit of the whole chart values.
+func newFleetWith(t *testing.T, n int, edit func(rebooter, recovery, upgradePolicy map[string]any), values func(map[string]any)) *fleet {
+	return startFleet(t, n, edit, values, nil)
+}
+
+func startFleet(t *testing.T, n int, edit func(rebooter, recovery, upgradePolicy map[string]any), values func(map[string]any), beforeInstall func(*fleet)) *fleet {
 	t.Helper()
 	ctx := ctxTimeout(t, 3*time.Minute)
 	base := strings.ToLower(strings.TrimPrefix(t.Name(), "Test"))
@@ -100,7 +109,11 @@ func newFleetThen(t *testing.T, n int, edit func(rebooter, recovery, upgradePoli
 	if beforeInstall != nil {
 		beforeInstall(f)
 	}
-	if _, err := env.Helm(ns).Install(ctx, ns, rebooterValues(ns, edit), testbed.InstallOptions{DisableHooks: true}); err != nil {
+	vals := rebooterValues(ns, edit)
+	if values != nil {
+		values(vals)
+	}
+	if _, err := env.Helm(ns).Install(ctx, ns, vals, testbed.InstallOptions{DisableHooks: true}); err != nil {
 		t.Fatal(err)
 	}
 	running := 0
