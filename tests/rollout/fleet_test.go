@@ -139,8 +139,8 @@ func rolloutArgs(t *testing.T, rel *release.Release) []string {
 	return nil
 }
 
-// rollout is one npu-hooks rollout process.
-type rollout struct {
+// rolloutProc is one npu-hooks rollout process.
+type rolloutProc struct {
 	cmd  *exec.Cmd
 	log  *os.File
 	done chan struct{}
@@ -150,7 +150,7 @@ type rollout struct {
 // startRollout runs npu-hooks with the chart's args plus extra, with a
 // stable lease identity (a restarted process takes its lease back at once,
 // like a restarted container of the same pod).
-func (f *fleet) startRollout(args []string, extra ...string) *rollout {
+func (f *fleet) startRollout(args []string, extra ...string) *rolloutProc {
 	f.t.Helper()
 	logf, err := os.CreateTemp(f.t.TempDir(), "rollout-*.log")
 	if err != nil {
@@ -164,7 +164,7 @@ func (f *fleet) startRollout(args []string, extra ...string) *rollout {
 	if err := cmd.Start(); err != nil {
 		f.t.Fatal(err)
 	}
-	r := &rollout{cmd: cmd, log: logf, done: make(chan struct{})}
+	r := &rolloutProc{cmd: cmd, log: logf, done: make(chan struct{})}
 	go func() {
 		_ = cmd.Wait()
 		r.code = cmd.ProcessState.ExitCode()
@@ -174,13 +174,13 @@ func (f *fleet) startRollout(args []string, extra ...string) *rollout {
 	return r
 }
 
-func (r *rollout) output() string {
+func (r *rolloutProc) output() string {
 	b, _ := os.ReadFile(r.log.Name())
 	return string(b)
 }
 
 // wait waits for the process to exit and returns its exit code.
-func (r *rollout) wait(ctx context.Context, t *testing.T) int {
+func (r *rolloutProc) wait(ctx context.Context, t *testing.T) int {
 	t.Helper()
 	select {
 	case <-r.done:
