@@ -308,6 +308,27 @@ func TestSlotOfAHolderThatNeverReturnsExpires(t *testing.T) {
 	}
 }
 
+func TestSlotOfANodeLostInItsRebootExpires(t *testing.T) {
+	t.Parallel()
+	ctx := ctxTimeout(t, 5*time.Minute)
+	f := newFleet(t, 2, func(r, rec, _ map[string]any) {
+		r["slotTTLSeconds"] = 60
+		rec["autoRecover"] = true
+	})
+	lost, next := f.nodes[0], f.nodes[1]
+	lost.LoseOnReboot() // goes down for the reboot and never boots again
+	wedge(t, lost)
+	waitNode(ctx, t, lost.Name(), "reboot recorded", func(n *corev1.Node) bool { return n.Annotations[keys.RebootFromBootID()] != "" })
+	before := bootID(t, next.Name())
+	wedge(t, next)
+	waitEvent(ctx, t, next.Name(), contract.EventRebootPending, "held (by "+lost.Name()+")")
+	waitNode(ctx, t, next.Name(), "reboot once the lost holder's slot expired", rebooted(before))
+	lease, err := env.Client.CoordinationV1().Leases(f.ns).List(ctx, metav1.ListOptions{})
+	if err != nil || len(lease.Items) != 1 || ptr.Deref(lease.Items[0].Spec.LeaseTransitions, 0) < 1 {
+		t.Fatalf("slot leases %v %+v: want one slot that changed hands", err, lease)
+	}
+}
+
 func TestUptimeGuard(t *testing.T) {
 	t.Parallel()
 	ctx := ctxTimeout(t, 4*time.Minute)
