@@ -1,0 +1,39 @@
+package reboot
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/openfuyao/npu-stack/internal/contract"
+)
+
+func TestMetrics(t *testing.T) {
+	m := NewMetrics("npu-0")
+	m.observe(true, contract.ReasonRecovery, true, 2)
+	m.completed(contract.ReasonRecovery)
+	want := `
+# HELP npu_rebooter_reboot_pending 1 while a reboot of this node is pending, by reason.
+# TYPE npu_rebooter_reboot_pending gauge
+npu_rebooter_reboot_pending{node="npu-0",reason="recovery"} 1
+npu_rebooter_reboot_pending{node="npu-0",reason="upgrade"} 0
+# HELP npu_rebooter_reboots_total Reboots of this node completed under the rebooter, by reason.
+# TYPE npu_rebooter_reboots_total counter
+npu_rebooter_reboots_total{node="npu-0",reason="recovery"} 1
+npu_rebooter_reboots_total{node="npu-0",reason="upgrade"} 0
+# HELP npu_rebooter_slot_held 1 while this node holds a cluster-wide reboot slot.
+# TYPE npu_rebooter_slot_held gauge
+npu_rebooter_slot_held{node="npu-0"} 1
+# HELP npu_rebooter_reboot_budget_left Reboots this node may still take before the loop guard refuses.
+# TYPE npu_rebooter_reboot_budget_left gauge
+npu_rebooter_reboot_budget_left{node="npu-0"} 2
+`
+	if err := testutil.GatherAndCompare(m.Registry, strings.NewReader(want)); err != nil {
+		t.Fatal(err)
+	}
+	m.observe(false, "", false, 3)
+	if got := testutil.ToFloat64(m.pending.WithLabelValues("recovery")); got != 0 {
+		t.Fatalf("pending after the reboot = %v", got)
+	}
+}
