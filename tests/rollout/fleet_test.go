@@ -346,3 +346,44 @@ func events(ctx context.Context, t *testing.T, node string, reason contract.Even
 	}
 	return got
 }
+
+// checkReRolled asserts the validation's re-roll: every device-plugin and
+// exporter pod of the fleet was created after its node's driver pod
+// became Ready (in the second-resolution of Kubernetes timestamps).
+func (f *fleet) checkReRolled(ctx context.Context) {
+	f.t.Helper()
+	pods, err := env.Client.CoreV1().Pods(f.ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	readyAt := map[string]time.Time{}
+	for _, p := range pods.Items {
+		if p.Labels["app"] != "npu-driver-daemonset" || p.DeletionTimestamp != nil {
+			continue
+		}
+		for _, c := range p.Status.Conditions {
+			if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
+				readyAt[p.Spec.NodeName] = c.LastTransitionTime.Time
+			}
+		}
+	}
+	checked := 0
+	for _, p := range pods.Items {
+		comp := p.Labels["app.kubernetes.io/component"]
+		if comp != contract.ComponentDevicePlugin && comp != contract.ComponentExporter || p.DeletionTimestamp != nil {
+			continue
+		}
+		ready, ok := readyAt[p.Spec.NodeName]
+		if !ok {
+			f.t.Errorf("node %s has no Ready driver pod", p.Spec.NodeName)
+			continue
+		}
+		if p.CreationTimestamp.Time.Before(ready.Truncate(time.Second)) {
+			f.t.Errorf("%s pod %s on %s was created at %s, before its driver became ready at %s", comp, p.Name, p.Spec.NodeName, p.CreationTimestamp, ready)
+		}
+		checked++
+	}
+	if checked != 2*len(f.nodes) {
+		f.t.Errorf("checked %d device-plugin and exporter pods, want %d", checked, 2*len(f.nodes))
+	}
+}

@@ -55,12 +55,29 @@ func TestRolloutTwelveNodesWithinBudget(t *testing.T) {
 	} else {
 		t.Logf("at most %d nodes unavailable at once (%v)", max, worst)
 	}
+	f.checkReRolled(ctx)
 	// A rerun finds nothing to do and changes nothing.
 	again := f.startRollout(args)
 	if code := again.wait(ctx, t); code != 0 {
 		t.Fatalf("second rollout exit %d:\n%s", code, again.output())
 	}
 	f.checkDone(ctx, pre)
+
+	// A chart change that leaves the driver alone (labels, the device
+	// plugin's image) never cordons, evicts or reboots anything.
+	f.vals["commonLabels"] = map[string]any{"team": "ml-platform"}
+	f.vals["devicePlugin"] = map[string]any{"image": map[string]any{"tag": "v6.0.1"}}
+	args = f.upgrade(ctx, newVersion)
+	quiet := f.startRollout(args)
+	if code := quiet.wait(ctx, t); code != 0 {
+		t.Fatalf("rollout after a non-driver change: exit %d\n%s", code, quiet.output())
+	}
+	f.checkDone(ctx, pre)
+	for _, n := range f.names() {
+		if es := events(ctx, t, n, contract.EventRebootRequired, 1); len(es) != 1 || es[0].Count > 1 {
+			t.Errorf("%s: a non-driver change asked for another reboot", n)
+		}
+	}
 }
 
 func TestRolloutSurvivesBeingKilled(t *testing.T) {
