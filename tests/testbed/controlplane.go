@@ -134,6 +134,9 @@ func Start(ctx context.Context, opts Options) (_ *ControlPlane, err error) {
 		// Loopback is not a valid endpoint for the kubernetes Service; pods
 		// reach the server through their kubeconfig instead.
 		"--endpoint-reconciler-type=none",
+		// Process nodes serve container logs on 127.0.0.1; their host
+		// names do not resolve.
+		"--kubelet-preferred-address-types=InternalIP",
 		"--max-requests-inflight=2000",
 		"--max-mutating-requests-inflight=1000",
 	); err != nil {

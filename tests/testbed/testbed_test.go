@@ -187,6 +187,11 @@ func TestJobRunsProductBinaryAsProcess(t *testing.T) {
 	if term := pod.Status.ContainerStatuses[0].State.Terminated; term == nil || term.ExitCode != 0 {
 		t.Fatalf("container state %+v, want terminated with exit code 0", pod.Status.ContainerStatuses[0].State)
 	}
+	// Through the API server, as `kubectl logs` and Helm's hook output do.
+	viaAPI, err := env.Client.CoreV1().Pods(ns).GetLogs(pod.Name, &corev1.PodLogOptions{Container: "hooks"}).DoRaw(context.Background())
+	if err != nil || !strings.Contains(string(viaAPI), "npu-hooks version") {
+		t.Fatalf("pod log through the API server: %q, %v", viaAPI, err)
+	}
 
 	job, pod = runJob(t, ns, "bad-flag", node, "--no-such-flag")
 	if got := testbed.JobFinished(job); got != batchv1.JobFailed {

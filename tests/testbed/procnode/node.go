@@ -93,11 +93,17 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		done:  make(chan struct{}),
 		ready: true,
 	}
-	if err := n.register(ctx); err != nil {
+	port, closeAPI, err := n.serveKubeletAPI()
+	if err != nil {
+		return nil, err
+	}
+	if err := n.register(ctx, port); err != nil {
+		closeAPI()
 		return nil, err
 	}
 	runCtx, cancel := context.WithCancel(context.Background())
 	n.cancel = cancel
+	go func() { <-runCtx.Done(); closeAPI() }()
 
 	factory := informers.NewSharedInformerFactoryWithOptions(cfg.Client, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 		o.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", cfg.Name).String()
@@ -153,7 +159,7 @@ func (n *Node) Stop() {
 	}
 }
 
-func (n *Node) register(ctx context.Context) error {
+func (n *Node) register(ctx context.Context, kubeletPort int) error {
 	bootID, err := n.host.BootID()
 	if err != nil {
 		return err
@@ -182,6 +188,7 @@ func (n *Node) register(ctx context.Context) error {
 		s.Capacity = capacity
 		s.Allocatable = capacity
 		s.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: nodeIP}, {Type: corev1.NodeHostName, Address: n.cfg.Name}}
+		s.DaemonEndpoints.KubeletEndpoint.Port = int32(kubeletPort)
 		s.NodeInfo = corev1.NodeSystemInfo{BootID: bootID, OperatingSystem: "linux", Architecture: "amd64", KubeletVersion: "v1.37.1", KernelVersion: n.cfg.Labels["npu.openfuyao.com/kernel"]}
 	})
 }
