@@ -137,7 +137,10 @@ func budgetAndWorkloads(ctx context.Context, in Input, r *Result) []Problem {
 	startable := 0
 	for _, n := range in.Nodes {
 		loaded := n.Labels[in.Keys.DriverVersion()]
-		down := n.Spec.Unschedulable || !ready(n)
+		// A node the rollout itself has cordoned is in flight and frees
+		// its share of the budget when done: not a reason to get stuck.
+		st, _ := contract.ParseUpgradeState(n.Labels[in.Keys.UpgradeState()])
+		down := (n.Spec.Unschedulable || !ready(n)) && !st.InProgress()
 		if down {
 			unavailable = append(unavailable, n.Name)
 		}

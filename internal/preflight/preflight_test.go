@@ -108,6 +108,15 @@ func TestRun(t *testing.T) {
 			}
 		})
 	}
+	// A rerun while the rollout has nodes in flight (cordoned by it) is
+	// not refused for the budget those nodes hold.
+	inFlight := node("n2", "910b", "1.0", true, true)
+	inFlight.Labels[keys.UpgradeState()] = string(contract.StateRebootRequired)
+	rerun := input(node("n1", "910b", "1.0", false, true), inFlight, node("n3", "910b", "1.0", false, true), node("n4", "910b", "1.0", false, true))
+	rerun.MaxUnavailable = intstr.FromInt32(1)
+	if p := problems(t, rerun); p != "" {
+		t.Fatalf("in-flight nodes must not count as a spent budget:\n%s", p)
+	}
 	// Up-to-date, skipped and unreported nodes are not upgraded: no
 	// budget or eviction check applies to them.
 	skipped := node("n3", "910b", "1.0", false, true)
