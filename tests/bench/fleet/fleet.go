@@ -1,0 +1,463 @@
+// Package fleet plays the node side of thousands of KWOK nodes in one
+// process: per node, the rebooter, the driver pod's entry gate and its
+// health-watch, each through the product's own pure decision functions
+// (reboot.Decide, health.Decide, the health Prober) against an in-memory
+// machine (memhost). One shared informer feeds every node, where the real
+// agents would each hold their own watch: 5,000 watches would measure the
+// simulator, not the rollout.
+//
+// It honours the node contract of DESIGN.md §3 and §5 exactly: reboot
+// bookkeeping before the reboot command, a new status.nodeInfo.bootID after
+// it, the marker cleared and RebootCompleted after boot, the driver-version
+// label once the driver pod loaded its version on the fresh boot, and
+// driver-ready from the health-watch decision.
+package fleet
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sirupsen/logrus"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/clock"
+
+	"github.com/openfuyao/npu-stack/internal/budget"
+	"github.com/openfuyao/npu-stack/internal/contract"
+	"github.com/openfuyao/npu-stack/internal/health"
+	"github.com/openfuyao/npu-stack/internal/host"
+	"github.com/openfuyao/npu-stack/internal/host/simhost"
+	"github.com/openfuyao/npu-stack/internal/kube"
+	"github.com/openfuyao/npu-stack/internal/reboot"
+	"github.com/openfuyao/npu-stack/tests/bench/memhost"
+)
+
+// Timing is the simulated per-node time of an upgrade. The drain of a
+// node without workloads takes no time in the simulation, so a realistic
+// drain is part of Reboot.
+type Timing struct {
+	// Reboot is from the reboot command to the new boot.
+	Reboot time.Duration
+	// DriverLoad is from the driver pod seeing the fresh boot to the
+	// driver loaded.
+	DriverLoad time.Duration
+}
+
+// Total is the per-node time the physical limit counts.
+func (t Timing) Total() time.Duration { return t.Reboot + t.DriverLoad }
+
+// Config wires a Sim.
+type Config struct {
+	Client kubernetes.Interface
+	Keys   contract.Keys
+	// NodeSelector selects the NPU nodes to play.
+	NodeSelector labels.Selector
+	// DriverNamespace and DriverSelector find the driver pods, whose
+	// driver-version annotation is what a fresh boot loads.
+	DriverNamespace string
+	DriverSelector  labels.Selector
+	// Machine describes every machine; Machine.Driver is loaded at the
+	// first boot.
+	Machine simhost.Spec
+	Workers int
+	Clock   clock.WithTickerAndDelayedExecution
+	// Recorder receives the rebooter's Rebooting and RebootCompleted
+	// events (nil: none).
+	Recorder reboot.Recorder
+	Log      logrus.FieldLogger
+}
+
+// Stats count what the simulated nodes did.
+type Stats struct {
+	Reboots, DriverLoads, Writes, Conflicts, Errors int64
+}
+
+// Sim is the running fleet simulator.
+type Sim struct {
+	cfg    Config
+	policy reboot.Policy
+	nodes  corelisters.NodeLister
+	pods   cache.Indexer
+	synced []cache.InformerSynced
+	start  []func(<-chan struct{})
+	queue  workqueue.TypedRateLimitingInterface[string]
+
+	mu       sync.Mutex
+	timing   Timing
+	machines map[string]*machine
+
+	reboots, loads, writes, conflicts, errs atomic.Int64
+}
+
+// machine is one node's host plus the memory of its agent processes.
+// The work queue never hands one key to two workers, so its fields need
+// no lock.
+type machine struct {
+	host     *memhost.Host
+	slotHeld bool      // rebooter: slots are unlimited in the simulation
+	issuedAt time.Time // rebooter: when it ran the reboot command
+	bootAt   time.Time // when the pending reboot completes
+	loadAt   time.Time // driver pod: when the driver load completes
+	health   health.State
+	probed   bool   // health-watch: probed this boot
+	probedAt string // driver loaded when it last probed ("" none)
+	lastOK   bool
+}
+
+const byNode = "node"
+
+// New sets up the informers; Run starts them and the workers.
+func New(cfg Config) *Sim {
+	if cfg.Workers <= 0 {
+		cfg.Workers = 32
+	}
+	s := &Sim{
+		cfg: cfg,
+		policy: reboot.Policy{
+			Keys: cfg.Keys, AutoUpgrade: true, AutoRecover: true, MaxWedgedNodes: intstr.FromString("100%"),
+			// The loop guard never trips: every node reboots once per
+			// rollout, and rollouts are seconds apart at the least.
+			Budget:       budget.Budget{Max: 10, Window: time.Second},
+			IssueTimeout: time.Hour,
+		},
+		machines: map[string]*machine{},
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
+			workqueue.NewTypedItemExponentialFailureRateLimiter[string](50*time.Millisecond, 5*time.Second),
+			workqueue.TypedRateLimitingQueueConfig[string]{Clock: cfg.Clock}),
+	}
+	nodeF := informers.NewSharedInformerFactoryWithOptions(cfg.Client, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+		o.LabelSelector = cfg.NodeSelector.String()
+	}))
+	podF := informers.NewSharedInformerFactoryWithOptions(cfg.Client, 0, informers.WithNamespace(cfg.DriverNamespace),
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = cfg.DriverSelector.String() }))
+	ni, pi := nodeF.Core().V1().Nodes(), podF.Core().V1().Pods()
+	s.nodes = ni.Lister()
+	_ = pi.Informer().AddIndexers(cache.Indexers{byNode: func(obj any) ([]string, error) {
+		return []string{obj.(*corev1.Pod).Spec.NodeName}, nil
+	}})
+	s.pods = pi.Informer().GetIndexer()
+	_, _ = ni.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(o any) { s.enqueue(o) },
+		UpdateFunc: func(_, o any) { s.enqueue(o) },
+	})
+	_, _ = pi.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(o any) { s.enqueuePod(o) },
+		UpdateFunc: func(_, o any) { s.enqueuePod(o) },
+		DeleteFunc: func(o any) { s.enqueuePod(o) },
+	})
+	s.synced = []cache.InformerSynced{ni.Informer().HasSynced, pi.Informer().HasSynced}
+	s.start = []func(<-chan struct{}){nodeF.Start, podF.Start}
+	return s
+}
+
+func (s *Sim) enqueue(obj any) {
+	if n, ok := obj.(*corev1.Node); ok {
+		s.queue.Add(n.Name)
+	}
+}
+
+func (s *Sim) enqueuePod(obj any) {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	if p, ok := obj.(*corev1.Pod); ok && p.Spec.NodeName != "" {
+		s.queue.Add(p.Spec.NodeName)
+	}
+}
+
+// SetTiming changes the per-node time for the reboots that start next.
+func (s *Sim) SetTiming(t Timing) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.timing = t
+}
+
+func (s *Sim) getTiming() Timing {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.timing
+}
+
+// Stats returns the counters so far.
+func (s *Sim) Stats() Stats {
+	return Stats{Reboots: s.reboots.Load(), DriverLoads: s.loads.Load(), Writes: s.writes.Load(),
+		Conflicts: s.conflicts.Load(), Errors: s.errs.Load()}
+}
+
+// Run plays the fleet until ctx ends; it returns once the informers are
+// synced and the workers started, or with an error.
+func (s *Sim) Run(ctx context.Context) error {
+	for _, st := range s.start {
+		st(ctx.Done())
+	}
+	if !cache.WaitForCacheSync(ctx.Done(), s.synced...) {
+		return fmt.Errorf("fleet simulator: informers did not sync: %w", ctx.Err())
+	}
+	go func() {
+		<-ctx.Done()
+		s.queue.ShutDown()
+	}()
+	for i := 0; i < s.cfg.Workers; i++ {
+		go s.work(ctx)
+	}
+	return nil
+}
+
+func (s *Sim) work(ctx context.Context) {
+	for {
+		name, quit := s.queue.Get()
+		if quit {
+			return
+		}
+		after, err := s.sync(ctx, name)
+		switch {
+		case err != nil && ctx.Err() == nil:
+			s.errs.Add(1)
+			s.cfg.Log.WithError(err).WithField("node", name).Debug("simulated node step failed; retrying")
+			s.queue.AddRateLimited(name)
+		case after > 0:
+			s.queue.Forget(name)
+			s.queue.AddAfter(name, after)
+		default:
+			s.queue.Forget(name)
+		}
+		s.queue.Done(name)
+	}
+}
+
+func (s *Sim) machine(name string) *machine {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	m := s.machines[name]
+	if m == nil {
+		m = &machine{host: memhost.New(s.cfg.Machine, s.cfg.Clock)}
+		s.machines[name] = m
+	}
+	return m
+}
+
+// sync advances one node by at most one API write: each write changes the
+// node's resourceVersion, and the informer's echo of it brings the node
+// back here with a fresh view. It returns when to look again without a
+// change (0: only on a change).
+func (s *Sim) sync(ctx context.Context, name string) (time.Duration, error) {
+	node, err := s.nodes.Get(name)
+	if apierrors.IsNotFound(err) {
+		s.mu.Lock()
+		delete(s.machines, name)
+		s.mu.Unlock()
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("node %s from the cache: %w", name, err)
+	}
+	m := s.machine(name)
+	now := s.cfg.Clock.Now()
+	if m.host.RebootPending() {
+		// The machine is down: none of its agents runs.
+		if now.Before(m.bootAt) {
+			return m.bootAt.Sub(now), nil
+		}
+		m.host.CompleteReboot()
+		m.issuedAt, m.loadAt, m.health, m.probed = time.Time{}, time.Time{}, health.State{}, false
+	}
+	bootID, _ := m.host.BootID()
+	// The kubelet's part. KWOK's status templates keep a boot ID once
+	// set, but its first write may race with ours, so it is compared on
+	// every pass rather than written once.
+	if node.Status.NodeInfo.BootID != bootID {
+		return 0, s.patchBootID(ctx, name, bootID)
+	}
+	for _, step := range []func(context.Context, *corev1.Node, *machine, time.Time) (time.Duration, bool, error){
+		s.rebooter, s.healthWatch, s.driverEntry,
+	} {
+		if after, wrote, err := step(ctx, node, m, now); wrote || err != nil {
+			return after, err
+		}
+	}
+	return 0, nil
+}
+
+func (s *Sim) patchBootID(ctx context.Context, name, bootID string) error {
+	body := fmt.Sprintf(`{"status":{"nodeInfo":{"bootID":%q}}}`, bootID)
+	_, err := s.cfg.Client.CoreV1().Nodes().Patch(ctx, name, types.MergePatchType, []byte(body), metav1.PatchOptions{}, "status")
+	s.writes.Add(1)
+	if err != nil {
+		return fmt.Errorf("patch the boot ID of node %s: %w", name, err)
+	}
+	return nil
+}
+
+// rebooter is one pass of npu-rebooter's agent with unlimited slots.
+func (s *Sim) rebooter(ctx context.Context, node *corev1.Node, m *machine, now time.Time) (time.Duration, bool, error) {
+	k := s.cfg.Keys
+	bootID, _ := m.host.BootID()
+	uptime, _ := m.host.Uptime()
+	for {
+		act := reboot.Decide(reboot.Facts{Node: node, BootID: bootID, Uptime: uptime, SlotHeld: m.slotHeld, IssuedAt: m.issuedAt,
+			Fleet: reboot.Fleet{NPUNodes: 1}}, s.policy, now)
+		switch act.Kind {
+		case reboot.Idle, reboot.Wait:
+			return 0, false, nil
+		case reboot.AcquireSlot:
+			m.slotHeld = true
+			continue
+		case reboot.ReleaseSlot:
+			m.slotHeld = false
+			continue
+		case reboot.Reboot:
+			if act.Record {
+				h, _ := budget.Parse(node.Annotations[k.RebootHistory()])
+				change := kube.NodeChange{Annotations: map[string]*string{
+					k.RebootFromBootID():    kube.Set(bootID),
+					k.RebootStartedAt():     kube.Set(now.UTC().Format(time.RFC3339)),
+					k.RebootHistory():       kube.Set(s.policy.Budget.Add(h, now).String()),
+					k.RebootStartedReason(): kube.Set(string(act.Reason)),
+				}}
+				if act.ConsumeApproval {
+					change.Annotations[k.ApproveReboot()] = nil
+				}
+				if err := s.patchIf(ctx, node, change); err != nil {
+					return 0, true, err
+				}
+			}
+			if s.cfg.Recorder != nil {
+				s.cfg.Recorder.Node(node, false, contract.EventRebooting, "rebooting node %s (reason=%s, method %s, boot ID %s)", node.Name, act.Reason, host.RebootSystemd, bootID)
+			}
+			if err := m.host.Reboot(ctx, host.RebootSystemd); err != nil {
+				return 0, true, fmt.Errorf("reboot node %s: %w", node.Name, err)
+			}
+			s.reboots.Add(1)
+			m.issuedAt = now
+			t := s.getTiming()
+			m.bootAt = now.Add(t.Reboot)
+			return max(t.Reboot, time.Millisecond), true, nil
+		case reboot.Complete:
+			from := node.Annotations[k.RebootFromBootID()]
+			change := kube.NodeChange{
+				Labels: map[string]*string{k.RebootRequired(): nil},
+				Annotations: map[string]*string{k.RebootReason(): nil, k.RebootFromBootID(): nil,
+					k.RebootStartedAt(): nil, k.RebootStartedReason(): nil},
+			}
+			if err := s.patchIf(ctx, node, change); err != nil {
+				return 0, true, err
+			}
+			m.slotHeld = false
+			if s.cfg.Recorder != nil {
+				s.cfg.Recorder.Node(node, false, contract.EventRebootCompleted, "node %s rebooted (reason=%s, boot ID %s -> %s); reboot marker cleared, slot released",
+					node.Name, act.Reason, from, bootID)
+			}
+			return 0, true, nil
+		default:
+			// Cordon, Uncordon, Fail belong to recoveries and failed
+			// reboot commands, which the benchmark does not stage.
+			return 0, true, fmt.Errorf("node %s: the simulated rebooter does not stage %s (%s)", node.Name, act.Kind, act.Why)
+		}
+	}
+}
+
+// healthWatch is the sidecar's probe: at boot, and at once when the
+// driver entry loads a driver (the marker appearing), as the real watch
+// does; its periodic probes change nothing on a healthy machine.
+func (s *Sim) healthWatch(ctx context.Context, node *corev1.Node, m *machine, _ time.Time) (time.Duration, bool, error) {
+	loaded, _ := m.host.LoadedDriver(ctx)
+	if !m.probed || m.probedAt != loaded {
+		r := health.Prober{Host: m.host, Clock: s.cfg.Clock, Timeout: 10 * time.Second}.Probe(ctx, 0)
+		m.probed, m.probedAt, m.lastOK = true, loaded, r.OK
+	}
+	k := s.cfg.Keys
+	obs := health.Observation{
+		Probe:  health.Result{OK: m.lastOK, Reason: "simulated probe failed"},
+		Marker: loaded != "",
+		Node: health.NodeView{RebootRequired: node.Labels[k.RebootRequired()] == contract.True,
+			RebootReason: node.Annotations[k.RebootReason()], DriverReady: node.Labels[k.DriverReady()]},
+	}
+	st, acts := health.Decide(health.Policy{FailureThreshold: 3}, m.health, obs)
+	m.health = st
+	if acts.RequestRecovery || acts.WithdrawRecovery {
+		return 0, true, fmt.Errorf("node %s: the simulated health-watch does not stage recoveries", node.Name)
+	}
+	if acts.DriverReady == nil {
+		return 0, false, nil
+	}
+	v := contract.False
+	if *acts.DriverReady {
+		v = contract.True
+	}
+	return 0, true, s.patch(ctx, node.Name, kube.NodeChange{Labels: map[string]*string{k.DriverReady(): kube.Set(v)}})
+}
+
+// driverEntry is the driver pod's gate: on a fresh boot it loads the
+// version of the driver pod on the node; otherwise it reports what is
+// loaded.
+func (s *Sim) driverEntry(ctx context.Context, node *corev1.Node, m *machine, now time.Time) (time.Duration, bool, error) {
+	k := s.cfg.Keys
+	loaded, _ := m.host.LoadedDriver(ctx)
+	if loaded == "" {
+		pod := s.driverPod(node.Name)
+		if pod == nil {
+			return 0, true, nil // the pod's arrival brings the node back
+		}
+		if m.loadAt.IsZero() {
+			m.loadAt = now.Add(s.getTiming().DriverLoad)
+		}
+		if now.Before(m.loadAt) {
+			return m.loadAt.Sub(now), true, nil
+		}
+		loaded = pod.Annotations[k.DriverSpecVersion()]
+		if err := m.host.InstallDriver(ctx, loaded, nil); err != nil {
+			return 0, true, fmt.Errorf("driver pod %s/%s: %w", pod.Namespace, pod.Name, err)
+		}
+		s.loads.Add(1)
+	}
+	if node.Labels[k.DriverVersion()] == loaded {
+		return 0, false, nil
+	}
+	return 0, true, s.patch(ctx, node.Name, kube.NodeChange{Labels: map[string]*string{k.DriverVersion(): kube.Set(loaded)}})
+}
+
+// driverPod is the node's running driver pod, if any.
+func (s *Sim) driverPod(node string) *corev1.Pod {
+	objs, _ := s.pods.ByIndex(byNode, node)
+	var best *corev1.Pod
+	for _, o := range objs {
+		p := o.(*corev1.Pod)
+		if p.DeletionTimestamp != nil || p.Annotations[s.cfg.Keys.DriverSpecVersion()] == "" {
+			continue
+		}
+		if best == nil || p.CreationTimestamp.After(best.CreationTimestamp.Time) {
+			best = p
+		}
+	}
+	return best
+}
+
+func (s *Sim) patch(ctx context.Context, name string, change kube.NodeChange) error {
+	s.writes.Add(1)
+	_, err := kube.PatchNode(ctx, s.cfg.Client, name, change)
+	return err
+}
+
+// patchIf writes at the node's resourceVersion; a conflict means the
+// informer has a newer node on its way, which brings the node back.
+func (s *Sim) patchIf(ctx context.Context, node *corev1.Node, change kube.NodeChange) error {
+	s.writes.Add(1)
+	_, err := kube.PatchNodeIf(ctx, s.cfg.Client, node.Name, node.ResourceVersion, change)
+	if apierrors.IsConflict(err) {
+		s.conflicts.Add(1)
+		return nil
+	}
+	return err
+}

@@ -1,0 +1,41 @@
+package procstat
+
+import (
+	"os"
+	"testing"
+	"time"
+)
+
+func TestParseStat(t *testing.T) {
+	line := []byte("1234 (npu hooks (x)) S 1 1234 1234 0 -1 4194560 500 0 0 0 250 50 0 0 20 0 12 0 100 1000 200")
+	got, err := ParseStat(line)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got != 3*time.Second {
+		t.Fatalf("cpu = %s, want 3s (300 ticks)", got)
+	}
+	if _, err := ParseStat([]byte("garbage")); err == nil {
+		t.Fatal("garbage parsed")
+	}
+}
+
+func TestParseStatus(t *testing.T) {
+	hwm, rss, err := ParseStatus([]byte("Name:\tx\nVmHWM:\t  2048 kB\nVmRSS:\t  1024 kB\n"))
+	if err != nil || hwm != 2<<20 || rss != 1<<20 {
+		t.Fatalf("hwm %d rss %d err %v", hwm, rss, err)
+	}
+	if _, _, err := ParseStatus([]byte("Name:\tx\n")); err == nil {
+		t.Fatal("missing fields accepted")
+	}
+}
+
+func TestReadSelf(t *testing.T) {
+	u, err := Read(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u.PeakRSS <= 0 || u.RSS <= 0 || u.PeakRSS < u.RSS {
+		t.Fatalf("usage of this process = %+v", u)
+	}
+}

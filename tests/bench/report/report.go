@@ -1,0 +1,257 @@
+// Package report turns benchmark measurements into the README table and
+// the JSON record, and checks them against the targets of issue 7. It is
+// pure: measurements in, text and verdicts out.
+package report
+
+import (
+	"fmt"
+	"math"
+	"strings"
+	"time"
+)
+
+// Seconds is a duration written as seconds in JSON.
+type Seconds float64
+
+// S converts a duration.
+func S(d time.Duration) Seconds { return Seconds(d.Seconds()) }
+
+// Count is API requests of one verb and resource.
+type Count struct {
+	Verb      string `json:"verb"`
+	Resource  string `json:"resource"`
+	N         int    `json:"n"`
+	Conflicts int    `json:"conflicts,omitempty"`
+	Write     bool   `json:"write"`
+}
+
+// Latency is a step latency distribution.
+type Latency struct {
+	N   int     `json:"n"`
+	P50 Seconds `json:"p50"`
+	P99 Seconds `json:"p99"`
+	Max Seconds `json:"max"`
+}
+
+// Scenario is one full rollout.
+type Scenario struct {
+	Nodes int `json:"nodes"`
+	// Parallelism as configured: "1", "10%", "unlimited"; Effective is
+	// the node count it allows at once.
+	Parallelism string  `json:"parallelism"`
+	Effective   int     `json:"effectiveParallelism"`
+	PerNode     Seconds `json:"perNodeSeconds"`
+	Wall        Seconds `json:"wallSeconds"`
+	// Limit is ceil(N / effective) × per-node time.
+	Limit    Seconds `json:"physicalLimitSeconds"`
+	Upgraded int     `json:"upgraded"`
+	// DriverRollout is how long the driver DaemonSet took to replace its
+	// pods after the helm upgrade (before the rollout starts, as with
+	// helm upgrade --wait); not part of Wall.
+	DriverRollout Seconds `json:"driverPodsReplacedSeconds"`
+
+	Requests      []Count `json:"requests"`
+	RolloutCPU    Seconds `json:"rolloutCPUSeconds"`
+	RolloutPeakMB float64 `json:"rolloutPeakRSSMiB"`
+
+	Steps      Latency            `json:"stepLatency"`
+	StepsByWhy map[string]Latency `json:"stepLatencyByCause"`
+
+	SimWrites int64 `json:"simulatedNodeWrites"`
+}
+
+// Name labels the scenario.
+func (s Scenario) Name() string {
+	return fmt.Sprintf("N=%d, parallelism %s, per-node %s", s.Nodes, s.Parallelism, fmtSec(s.PerNode))
+}
+
+// Ratio is wall / physical limit (0 when the limit is 0).
+func (s Scenario) Ratio() float64 {
+	if s.Limit <= 0 {
+		return 0
+	}
+	return float64(s.Wall / s.Limit)
+}
+
+// totals sums requests by a predicate.
+func (s Scenario) total(pred func(Count) bool) int {
+	n := 0
+	for _, c := range s.Requests {
+		if pred(c) {
+			n += c.N
+		}
+	}
+	return n
+}
+
+// PerNode returns requests per upgraded node matching pred.
+func (s Scenario) perNode(pred func(Count) bool) float64 {
+	if s.Upgraded == 0 {
+		return 0
+	}
+	return float64(s.total(pred)) / float64(s.Upgraded)
+}
+
+// WritesPerNode are every write request per upgraded node.
+func (s Scenario) WritesPerNode() float64 { return s.perNode(func(c Count) bool { return c.Write }) }
+
+// Lists are the LIST requests of the whole rollout.
+func (s Scenario) Lists() int { return s.total(func(c Count) bool { return c.Verb == "list" }) }
+
+// Watches are the WATCH requests of the whole rollout.
+func (s Scenario) Watches() int { return s.total(func(c Count) bool { return c.Verb == "watch" }) }
+
+// Agent is one node agent process measured idle and through one reboot.
+type Agent struct {
+	Name string `json:"name"`
+	// Idle: over IdleWindow with nothing to do.
+	IdleWindow  Seconds `json:"idleWindowSeconds"`
+	IdleCPU     Seconds `json:"idleCPUSeconds"`
+	IdlePeakMB  float64 `json:"idlePeakRSSMiB"`
+	Busy        string  `json:"busy"` // what the busy phase was
+	BusyWindow  Seconds `json:"busyWindowSeconds"`
+	BusyCPU     Seconds `json:"busyCPUSeconds"`
+	PeakMB      float64 `json:"peakRSSMiB"`
+	StartupCPU  Seconds `json:"startupCPUSeconds"`
+	ProbePeriod Seconds `json:"probeIntervalSeconds,omitempty"`
+}
+
+// IdleCPUPercent is the idle CPU use as a percentage of one core.
+func (a Agent) IdleCPUPercent() float64 {
+	if a.IdleWindow <= 0 {
+		return 0
+	}
+	return float64(a.IdleCPU/a.IdleWindow) * 100
+}
+
+// Wedge is the health-watch's detection latency.
+type Wedge struct {
+	Interval  Seconds `json:"probeIntervalSeconds"`
+	Threshold int     `json:"failureThreshold"`
+	// Total is from the wedge to reboot-required=true seen on the Node.
+	Total Seconds `json:"wedgeToRebootRequiredSeconds"`
+	// Beyond is from the threshold-th failed probe (the moment the probe
+	// schedule allows the decision) to reboot-required seen.
+	Beyond Seconds `json:"beyondProbeScheduleSeconds"`
+}
+
+// Machine describes where the benchmark ran.
+type Machine struct {
+	CPU        string `json:"cpu"`
+	Cores      int    `json:"cores"`
+	GoVersion  string `json:"goVersion"`
+	Kubernetes string `json:"kubernetes"`
+	OS         string `json:"os"`
+}
+
+// Report is one `make bench` run.
+type Report struct {
+	Date      string     `json:"date"`
+	Mode      string     `json:"mode"`
+	Machine   Machine    `json:"machine"`
+	Scenarios []Scenario `json:"scenarios"`
+	Agents    []Agent    `json:"agents"`
+	Wedge     *Wedge     `json:"wedge,omitempty"`
+	Targets   []Target   `json:"targets"`
+	Notes     []string   `json:"notes"`
+}
+
+func fmtSec(s Seconds) string {
+	switch {
+	case s == 0:
+		return "0 s"
+	case s < 1:
+		return fmt.Sprintf("%.0f ms", float64(s)*1000)
+	case s < 100:
+		return fmt.Sprintf("%.1f s", float64(s))
+	}
+	return fmt.Sprintf("%.0f s", float64(s))
+}
+
+func fmtRatio(r float64) string {
+	if r == 0 || math.IsNaN(r) {
+		return "—"
+	}
+	return fmt.Sprintf("%.3f", r)
+}
+
+// Markdown renders the tables.
+func Markdown(r Report) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "Measured %s (`BENCH=%s`) on %d cores (%s), %s, Kubernetes %s, %s.\n\n",
+		r.Date, r.Mode, r.Machine.Cores, r.Machine.CPU, r.Machine.GoVersion, r.Machine.Kubernetes, r.Machine.OS)
+	b.WriteString("| nodes | parallelism | per-node time | wall | physical limit | overhead ratio | writes/node | LIST / WATCH | rollout CPU | rollout peak RSS | step p50 / p99 |\n")
+	b.WriteString("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	for _, s := range r.Scenarios {
+		limit := fmtSec(s.Limit)
+		if s.PerNode == 0 {
+			limit = "0 s (pure overhead)"
+		}
+		fmt.Fprintf(&b, "| %d | %s (%d) | %s | %s | %s | %s | %.1f | %d / %d | %s | %.0f MiB | %s / %s |\n",
+			s.Nodes, s.Parallelism, s.Effective, fmtSec(s.PerNode), fmtSec(s.Wall), limit, fmtRatio(s.Ratio()),
+			s.WritesPerNode(), s.Lists(), s.Watches(), fmtSec(s.RolloutCPU), s.RolloutPeakMB, fmtSec(s.Steps.P50), fmtSec(s.Steps.P99))
+	}
+	b.WriteString("\nAPI requests of `npu-hooks rollout` per upgraded node, by verb and resource (conflicts in brackets):\n\n")
+	b.WriteString("| nodes | parallelism | per-node time | requests per node |\n|---:|---|---:|---|\n")
+	for _, s := range r.Scenarios {
+		var parts []string
+		for _, c := range s.Requests {
+			p := fmt.Sprintf("%s %s %.2f", c.Verb, c.Resource, float64(c.N)/float64(max(s.Upgraded, 1)))
+			if c.Conflicts > 0 {
+				p += fmt.Sprintf(" (%d)", c.Conflicts)
+			}
+			parts = append(parts, p)
+		}
+		fmt.Fprintf(&b, "| %d | %s | %s | %s |\n", s.Nodes, s.Parallelism, fmtSec(s.PerNode), strings.Join(parts, ", "))
+	}
+	b.WriteString("\nStep latency (cluster allows the step → the rollout's write seen), p50 / p99 by cause:\n\n")
+	b.WriteString("| nodes | parallelism | per-node time |")
+	for _, k := range stepCauses {
+		fmt.Fprintf(&b, " %s |", k)
+	}
+	b.WriteString("\n|---:|---|---:|" + strings.Repeat("---:|", len(stepCauses)) + "\n")
+	for _, s := range r.Scenarios {
+		fmt.Fprintf(&b, "| %d | %s | %s |", s.Nodes, s.Parallelism, fmtSec(s.PerNode))
+		for _, k := range stepCauses {
+			l, ok := s.StepsByWhy[k]
+			if !ok || l.N == 0 {
+				b.WriteString(" — |")
+				continue
+			}
+			fmt.Fprintf(&b, " %s / %s |", fmtSec(l.P50), fmtSec(l.P99))
+		}
+		b.WriteString("\n")
+	}
+	if len(r.Agents) > 0 {
+		b.WriteString("\nNode agents (one real process each, on a simulated host):\n\n")
+		b.WriteString("| agent | idle CPU | busy phase | busy CPU | peak RSS |\n|---|---:|---|---:|---:|\n")
+		for _, a := range r.Agents {
+			fmt.Fprintf(&b, "| %s | %.2f%% of a core (%s over %s) | %s | %s over %s | %.1f MiB |\n",
+				a.Name, a.IdleCPUPercent(), fmtSec(a.IdleCPU), fmtSec(a.IdleWindow), a.Busy, fmtSec(a.BusyCPU), fmtSec(a.BusyWindow), a.PeakMB)
+		}
+	}
+	if r.Wedge != nil {
+		fmt.Fprintf(&b, "\nWedge → `reboot-required=true`: %s with probes every %s and a failure threshold of %d; %s beyond the probe schedule.\n",
+			fmtSec(r.Wedge.Total), fmtSec(r.Wedge.Interval), r.Wedge.Threshold, fmtSec(r.Wedge.Beyond))
+	}
+	if len(r.Targets) > 0 {
+		b.WriteString("\n| target | wanted | measured | met |\n|---|---|---|---|\n")
+		for _, t := range r.Targets {
+			met := "yes"
+			if !t.Met {
+				met = "**no**"
+			}
+			fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", t.Name, t.Want, t.Got, met)
+		}
+	}
+	for _, n := range r.Notes {
+		fmt.Fprintf(&b, "\n- %s", n)
+	}
+	if len(r.Notes) > 0 {
+		b.WriteString("\n")
+	}
+	return b.String()
+}
+
+// stepCauses are the steplat kinds, by name, in report order.
+var stepCauses = []string{"previous step done", "boot ID changed", "driver ready", "re-rolled pods Ready", "budget freed"}

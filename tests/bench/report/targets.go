@@ -1,0 +1,92 @@
+package report
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Target is one goal of issue 7 and whether this run met it.
+type Target struct {
+	Name string `json:"name"`
+	Want string `json:"want"`
+	Got  string `json:"got"`
+	Met  bool   `json:"met"`
+}
+
+// Limits of the targets.
+const (
+	MaxOverheadRatio   = 1.02
+	MaxPureSeconds1000 = 60
+	MaxWritesPerNode   = 15
+	// MaxLists allows the three informers' initial LISTs plus a few
+	// re-lists; a LIST per node would scale with N.
+	MaxLists          = 10
+	MaxRolloutPeakMiB = 200
+	MaxAgentPeakMiB   = 30
+	// MaxIdleCPUPercent is "~0 CPU when idle": under 1% of a core.
+	MaxIdleCPUPercent = 1.0
+	MaxStepP99Seconds = 1.0
+)
+
+// Targets evaluates every target the run has data for.
+func Targets(r Report) []Target {
+	var out []Target
+	for _, s := range r.Scenarios {
+		if s.Nodes == 1000 && s.PerNode > 0 {
+			out = append(out, Target{Name: "overhead ratio, " + s.Name(), Want: fmt.Sprintf("≤ %.2f", MaxOverheadRatio),
+				Got: fmt.Sprintf("%.3f (%s over the limit of %s)", s.Ratio(), fmtSec(s.Wall-s.Limit), fmtSec(s.Limit)), Met: s.Ratio() <= MaxOverheadRatio})
+		}
+		if s.Nodes == 1000 && s.PerNode == 0 && s.Parallelism == "unlimited" {
+			out = append(out, Target{Name: "pure-overhead rollout of 1,000 nodes, unlimited parallelism", Want: fmt.Sprintf("< %d s", MaxPureSeconds1000),
+				Got: fmtSec(s.Wall), Met: s.Wall < MaxPureSeconds1000})
+		}
+	}
+	if len(r.Scenarios) > 0 {
+		worstW, worstL, worstP99 := r.Scenarios[0], r.Scenarios[0], r.Scenarios[0]
+		var missP99 []string
+		for _, s := range r.Scenarios {
+			if s.WritesPerNode() > worstW.WritesPerNode() {
+				worstW = s
+			}
+			if s.Lists() > worstL.Lists() {
+				worstL = s
+			}
+			if s.Steps.P99 > worstP99.Steps.P99 {
+				worstP99 = s
+			}
+			if float64(s.Steps.P99) >= MaxStepP99Seconds {
+				missP99 = append(missP99, fmt.Sprintf("%s: %s", s.Name(), fmtSec(s.Steps.P99)))
+			}
+		}
+		out = append(out,
+			Target{Name: "API writes per node upgraded (worst scenario)", Want: fmt.Sprintf("≤ %d", MaxWritesPerNode),
+				Got: fmt.Sprintf("%.1f (%s)", worstW.WritesPerNode(), worstW.Name()), Met: worstW.WritesPerNode() <= MaxWritesPerNode},
+			Target{Name: "no per-node LIST in steady state (worst scenario)", Want: fmt.Sprintf("≤ %d LISTs per rollout, whatever N", MaxLists),
+				Got: fmt.Sprintf("%d LISTs (%s)", worstL.Lists(), worstL.Name()), Met: worstL.Lists() <= MaxLists},
+		)
+		got := fmt.Sprintf("%s (%s)", fmtSec(worstP99.Steps.P99), worstP99.Name())
+		if len(missP99) > 0 {
+			got = fmt.Sprintf("missed in %d of %d scenarios: %s", len(missP99), len(r.Scenarios), strings.Join(missP99, "; "))
+		}
+		out = append(out, Target{Name: "step latency p99", Want: fmt.Sprintf("< %.0f s", MaxStepP99Seconds), Got: got, Met: len(missP99) == 0})
+	}
+	var peak5k float64
+	seen5k := false
+	for _, s := range r.Scenarios {
+		if s.Nodes == 5000 {
+			seen5k = true
+			peak5k = max(peak5k, s.RolloutPeakMB)
+		}
+	}
+	if seen5k {
+		out = append(out, Target{Name: "`npu-hooks rollout` peak RSS at 5,000 nodes", Want: fmt.Sprintf("< %d MiB", MaxRolloutPeakMiB),
+			Got: fmt.Sprintf("%.0f MiB", peak5k), Met: peak5k < MaxRolloutPeakMiB})
+	}
+	for _, a := range r.Agents {
+		out = append(out,
+			Target{Name: a.Name + " peak RSS", Want: fmt.Sprintf("< %d MiB", MaxAgentPeakMiB), Got: fmt.Sprintf("%.1f MiB", a.PeakMB), Met: a.PeakMB < MaxAgentPeakMiB},
+			Target{Name: a.Name + " idle CPU", Want: fmt.Sprintf("~0 (< %.0f%% of a core)", MaxIdleCPUPercent),
+				Got: fmt.Sprintf("%.2f%%", a.IdleCPUPercent()), Met: a.IdleCPUPercent() < MaxIdleCPUPercent})
+	}
+	return out
+}

@@ -1,0 +1,296 @@
+// Package scenario runs driver rollouts on a local control plane with
+// KWOK nodes and measures them: the chart installed with the Helm SDK (its
+// driver, device-plugin and exporter DaemonSets, whose pods KWOK runs),
+// the node side played by the fleet simulator, and `npu-hooks rollout` run
+// as the real binary with the chart's hook arguments, talking to the API
+// server through a counting proxy.
+package scenario
+
+import (
+	"context"
+	"fmt"
+	"math"
+		"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/sirupsen/logrus"
+	"helm.sh/helm/v3/pkg/release"
+	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/utils/clock"
+
+	"github.com/openfuyao/npu-stack/internal/contract"
+	"github.com/openfuyao/npu-stack/internal/host/simhost"
+	"github.com/openfuyao/npu-stack/internal/kube"
+	"github.com/openfuyao/npu-stack/tests/bench/apicount"
+	"github.com/openfuyao/npu-stack/tests/bench/fleet"
+	"github.com/openfuyao/npu-stack/tests/bench/steplat"
+	"github.com/openfuyao/npu-stack/tests/testbed"
+)
+
+// Namespace of the chart and the rollout lease.
+const Namespace = "npu-bench"
+
+const (
+	release0      = "npu-bench"
+	driverApp     = "app=npu-driver-daemonset"
+	firstVersion  = "1.0.0"
+	nodePrefix    = "bench"
+	createWorkers = 8
+)
+
+var keys = contract.Keys{Domain: contract.DefaultDomain}
+
+// Config sets up a Bed.
+type Config struct {
+	Env   *testbed.Env
+	Nodes int
+	// Dir receives the rollout logs.
+	Dir string
+	Log logrus.FieldLogger
+}
+
+// Bed is a control plane with N simulated NPU nodes running the chart.
+type Bed struct {
+	cfg      Config
+	sim      *fleet.Sim
+	proxy    *apicount.Proxy
+	kubecfg  string
+	rec      *steplat.Recorder
+	events   *kube.Recorder
+	stop     context.CancelFunc
+	vals     map[string]any
+	versions int
+}
+
+// Setup adds the nodes, starts the simulator and installs the chart with
+// driver 1.0.0 loaded everywhere.
+func Setup(ctx context.Context, cfg Config) (*Bed, error) {
+	env := cfg.Env
+	if _, err := env.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: Namespace}}, metav1.CreateOptions{}); err != nil {
+		return nil, fmt.Errorf("create namespace %s: %w", Namespace, err)
+	}
+	if err := addNodes(ctx, env, cfg.Nodes); err != nil {
+		return nil, err
+	}
+	// The simulator writes for thousands of nodes at once; its client
+	// must not be what limits the rollout.
+	rc := env.Config()
+	rc.QPS, rc.Burst = 5000, 10000
+	simClient, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return nil, fmt.Errorf("simulator client: %w", err)
+	}
+	runCtx, stop := context.WithCancel(context.Background())
+	b := &Bed{cfg: cfg, stop: stop, rec: steplat.NewRecorder(keys, time.Now), events: kube.NewRecorder(simClient, "npu-rebooter")}
+	nodeSel := labels.SelectorFromSet(labels.Set{contract.LabelNPUPresent: contract.True})
+	driverSel, _ := labels.Parse(driverApp)
+	b.sim = fleet.New(fleet.Config{
+		Client: simClient, Keys: keys, NodeSelector: nodeSel, DriverNamespace: Namespace, DriverSelector: driverSel,
+		Machine: simhost.Spec{Chip: "910b", ChipCount: 8, Driver: firstVersion},
+		Clock:   clock.RealClock{}, Recorder: b.events, Log: cfg.Log,
+	})
+	if err := b.sim.Run(runCtx); err != nil {
+		b.Close()
+		return nil, err
+	}
+	if err := b.startRecorder(runCtx, simClient, nodeSel); err != nil {
+		b.Close()
+		return nil, err
+	}
+	if b.proxy, err = apicount.Start(env.Config()); err != nil {
+		b.Close()
+		return nil, err
+	}
+	b.kubecfg = filepath.Join(cfg.Dir, "proxy.kubeconfig")
+	if err := b.proxy.WriteKubeconfig(b.kubecfg); err != nil {
+		b.Close()
+		return nil, err
+	}
+	b.vals = map[string]any{
+		"namespace": Namespace,
+		"driver": map[string]any{"version": firstVersion, "upgradePolicy": map[string]any{
+			"autoUpgrade": true, "maxParallelUpgrades": 1, "maxUnavailable": "100%", "rebootTimeoutSeconds": 3600,
+		}},
+		// The simulator is every node's rebooter.
+		"rebooter": map[string]any{"enabled": false},
+		"hooks":    map[string]any{"resume": map[string]any{"enabled": false}, "preflight": map[string]any{"enabled": false}},
+	}
+	if _, err := env.Helm(Namespace).Install(ctx, release0, b.vals, testbed.InstallOptions{DisableHooks: true}); err != nil {
+		b.Close()
+		return nil, fmt.Errorf("install the chart: %w", err)
+	}
+	if err := b.waitSettled(ctx, firstVersion); err != nil {
+		b.Close()
+		return nil, err
+	}
+	return b, nil
+}
+
+// addNodes registers n KWOK NPU nodes, several creators at once.
+func addNodes(ctx context.Context, env *testbed.Env, n int) error {
+	var wg sync.WaitGroup
+	errs := make([]error, createWorkers)
+	for w := 0; w < createWorkers; w++ {
+		share := n / createWorkers
+		if w < n%createWorkers {
+			share++
+		}
+		wg.Add(1)
+		go func(w, share int) {
+			defer wg.Done()
+			_, errs[w] = env.AddNPUNodes(ctx, share, testbed.NodeSpec{Prefix: nodePrefix})
+		}(w, share)
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return fmt.Errorf("add %d KWOK nodes: %w", n, err)
+		}
+	}
+	return nil
+}
+
+// startRecorder watches nodes and the re-roll target pods for the step
+// latencies.
+func (b *Bed) startRecorder(ctx context.Context, client kubernetes.Interface, nodeSel labels.Selector) error {
+	nf := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+		o.LabelSelector = nodeSel.String()
+	}))
+	pf := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(Namespace),
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = "app!=npu-driver-daemonset" }))
+	ni, pi := nf.Core().V1().Nodes().Informer(), pf.Core().V1().Pods().Informer()
+	_, _ = ni.AddEventHandler(b.rec.NodeHandler())
+	_, _ = pi.AddEventHandler(b.rec.PodHandler())
+	nf.Start(ctx.Done())
+	pf.Start(ctx.Done())
+	if !cache.WaitForCacheSync(ctx.Done(), ni.HasSynced, pi.HasSynced) {
+		return fmt.Errorf("step latency recorder: informers did not sync: %w", ctx.Err())
+	}
+	return nil
+}
+
+// Close stops the simulator, the recorder and the proxy.
+func (b *Bed) Close() {
+	b.stop()
+	if b.proxy != nil {
+		_ = b.proxy.Close()
+	}
+	b.events.Shutdown()
+}
+
+// waitSettled waits until every node runs version, ready, with no
+// upgrade state, and every DaemonSet has a Ready pod on every node.
+func (b *Bed) waitSettled(ctx context.Context, version string) error {
+	n := b.cfg.Nodes
+	var last string
+	err := testbed.WaitFor(ctx, cache.NewFilteredListWatchFromClient(b.cfg.Env.Client.CoreV1().RESTClient(), "nodes", "", func(o *metav1.ListOptions) {
+		o.LabelSelector = contract.LabelNPUPresent + "=true"
+	}), &corev1.Node{}, func(nodes []*corev1.Node) (bool, error) {
+		ok := 0
+		for _, nd := range nodes {
+			if nd.Labels[keys.DriverVersion()] == version && nd.Labels[keys.DriverReady()] == contract.True &&
+				nd.Labels[keys.UpgradeState()] == "" && nd.Status.NodeInfo.BootID != "" {
+				ok++
+			}
+		}
+		last = fmt.Sprintf("%d of %d nodes at driver %s and ready", ok, n, version)
+		return ok == n && len(nodes) == n, nil
+	})
+	if err != nil {
+		return fmt.Errorf("waiting for the fleet to settle (%s): %w", last, err)
+	}
+	return b.waitDaemonSets(ctx, false)
+}
+
+// waitDaemonSets waits for a Ready pod of every DaemonSet on every node;
+// with driverUpdated, the driver DaemonSet's pods must also all be of its
+// current template (what `helm upgrade --wait` waits for before the
+// post-upgrade hook runs the rollout).
+func (b *Bed) waitDaemonSets(ctx context.Context, driverUpdated bool) error {
+	var last string
+	err := testbed.WaitFor(ctx, cache.NewListWatchFromClient(b.cfg.Env.Client.AppsV1().RESTClient(), "daemonsets", Namespace, fields.Everything()),
+		&appsv1.DaemonSet{}, func(dss []*appsv1.DaemonSet) (bool, error) {
+			var not []string
+			for _, ds := range dss {
+				st := ds.Status
+				ready := st.ObservedGeneration >= ds.Generation && st.DesiredNumberScheduled == int32(b.cfg.Nodes) && st.NumberReady == st.DesiredNumberScheduled
+				if driverUpdated && ds.Labels["app"] == "npu-driver-daemonset" {
+					ready = ready && st.UpdatedNumberScheduled == st.DesiredNumberScheduled
+				}
+				if !ready {
+					not = append(not, fmt.Sprintf("%s (%d/%d ready, %d updated)", ds.Name, st.NumberReady, st.DesiredNumberScheduled, st.UpdatedNumberScheduled))
+				}
+			}
+			last = strings.Join(not, ", ")
+			return len(dss) >= 3 && len(not) == 0, nil
+		})
+	if err != nil {
+		return fmt.Errorf("waiting for the DaemonSets (%s): %w", last, err)
+	}
+	return nil
+}
+
+// rolloutArgs are the rollout hook Job's container args as rendered.
+func rolloutArgs(rel *release.Release) ([]string, error) {
+	for _, h := range rel.Hooks {
+		if !strings.HasSuffix(h.Name, "-rollout") {
+			continue
+		}
+		var job batchv1.Job
+		if err := yaml.Unmarshal([]byte(h.Manifest), &job); err != nil {
+			return nil, fmt.Errorf("decode the rollout hook %s: %w", h.Name, err)
+		}
+		return job.Spec.Template.Spec.Containers[0].Args, nil
+	}
+	return nil, fmt.Errorf("release %s has no rollout hook", rel.Name)
+}
+
+// Parallelism is maxParallelUpgrades as a scenario axis.
+type Parallelism struct {
+	// Label is how the report names it: "1", "10%", "unlimited".
+	Label string
+	// Fixed nodes, or Fraction of the fleet (rounded up); neither =
+	// unlimited.
+	Fixed    int
+	Fraction float64
+}
+
+// Effective is the number of nodes allowed at once out of n.
+func (p Parallelism) Effective(n int) int {
+	switch {
+	case p.Fixed > 0:
+		return min(p.Fixed, n)
+	case p.Fraction > 0:
+		return min(int(math.Ceil(float64(n)*p.Fraction)), n)
+	}
+	return n
+}
+
+// MaxParallelUpgrades is the chart value (0 = unlimited).
+func (p Parallelism) MaxParallelUpgrades(n int) int {
+	if p.Fixed == 0 && p.Fraction == 0 {
+		return 0
+	}
+	return p.Effective(n)
+}
+
+// PhysicalLimit is ceil(n / effective) × perNode.
+func PhysicalLimit(n, effective int, perNode time.Duration) time.Duration {
+	if effective <= 0 {
+		return 0
+	}
+	waves := (n + effective - 1) / effective
+	return time.Duration(waves) * perNode
+}
+

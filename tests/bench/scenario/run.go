@@ -1,0 +1,186 @@
+package scenario
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/openfuyao/npu-stack/internal/contract"
+	"github.com/openfuyao/npu-stack/tests/bench/fleet"
+	"github.com/openfuyao/npu-stack/tests/bench/procstat"
+	"github.com/openfuyao/npu-stack/tests/bench/report"
+	"github.com/openfuyao/npu-stack/tests/bench/steplat"
+	"github.com/openfuyao/npu-stack/tests/testbed"
+)
+
+// Spec is one scenario on a Bed.
+type Spec struct {
+	Parallelism Parallelism
+	Timing      fleet.Timing
+	// Timeout bounds the rollout process.
+	Timeout time.Duration
+}
+
+// Run upgrades the whole fleet to the next driver version the way `helm
+// upgrade --wait` with the rollout hook does, and measures the rollout.
+// An error means broken function (the rollout failed or left a node
+// behind), never a slow run.
+func (b *Bed) Run(ctx context.Context, spec Spec) (report.Scenario, error) {
+	n := b.cfg.Nodes
+	eff := spec.Parallelism.Effective(n)
+	out := report.Scenario{Nodes: n, Parallelism: spec.Parallelism.Label, Effective: eff, PerNode: report.S(spec.Timing.Total()),
+		Limit: report.S(PhysicalLimit(n, eff, spec.Timing.Total()))}
+	b.versions++
+	version := fmt.Sprintf("1.%d.0", b.versions)
+	b.sim.SetTiming(spec.Timing)
+	drv := b.vals["driver"].(map[string]any)
+	drv["version"] = version
+	pol := drv["upgradePolicy"].(map[string]any)
+	pol["maxParallelUpgrades"] = spec.Parallelism.MaxParallelUpgrades(n)
+
+	upStart := time.Now()
+	rel, err := b.cfg.Env.Helm(Namespace).Upgrade(ctx, release0, b.vals, testbed.InstallOptions{DisableHooks: true})
+	if err != nil {
+		return out, fmt.Errorf("helm upgrade to driver %s: %w", version, err)
+	}
+	args, err := rolloutArgs(rel)
+	if err != nil {
+		return out, err
+	}
+	if err := b.waitDaemonSets(ctx, true); err != nil {
+		return out, err
+	}
+	out.DriverRollout = report.S(time.Since(upStart))
+
+	b.rec.Take()
+	b.proxy.Counter.Snapshot()
+	simBefore := b.sim.Stats()
+	logPath := filepath.Join(b.cfg.Dir, fmt.Sprintf("rollout-n%d-p%s-t%s.log", n, strings.TrimSuffix(spec.Parallelism.Label, "%"), spec.Timing.Total()))
+	wall, usage, err := b.rollout(ctx, args, logPath, spec.Timeout)
+	if err != nil {
+		return out, err
+	}
+	out.Wall, out.RolloutCPU, out.RolloutPeakMB = report.S(wall), report.S(usage.CPU), procstat.MiB(usage.PeakRSS)
+	out.SimWrites = b.sim.Stats().Writes - simBefore.Writes
+
+	if out.Upgraded, err = b.checkUpgraded(ctx, version); err != nil {
+		return out, err
+	}
+	for _, c := range b.proxy.Counter.Snapshot() {
+		out.Requests = append(out.Requests, report.Count{Verb: c.Verb, Resource: c.Resource, N: c.N, Conflicts: c.Conflict, Write: c.Write()})
+	}
+	lat := steplat.Analyze(b.rec.Take(), version, eff)
+	out.Steps = latency(lat.All())
+	out.StepsByWhy = map[string]report.Latency{}
+	for k, ds := range lat {
+		out.StepsByWhy[string(k)] = latency(sorted(ds))
+	}
+	if err := b.waitSettled(ctx, version); err != nil {
+		return out, err
+	}
+	return out, checkFunction(out)
+}
+
+// rollout runs npu-hooks rollout with the chart's arguments, as the hook
+// Job would, through the counting proxy.
+func (b *Bed) rollout(ctx context.Context, args []string, logPath string, timeout time.Duration) (time.Duration, procstat.Usage, error) {
+	logf, err := os.Create(logPath)
+	if err != nil {
+		return 0, procstat.Usage{}, fmt.Errorf("rollout log: %w", err)
+	}
+	defer func() { _ = logf.Close() }()
+	all := append(append([]string{}, args...), "--kubeconfig="+b.kubecfg, "--lease-identity=npu-bench")
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, filepath.Join(b.cfg.Env.ProductBinDir, "npu-hooks"), all...)
+	cmd.Env = withoutKubeconfig(os.Environ())
+	cmd.Stdout, cmd.Stderr = logf, logf
+	start := time.Now()
+	if err := cmd.Start(); err != nil {
+		return 0, procstat.Usage{}, fmt.Errorf("start npu-hooks rollout: %w", err)
+	}
+	err = cmd.Wait()
+	wall := time.Since(start)
+	usage := procstat.FromProcessState(cmd.ProcessState)
+	if err != nil {
+		return wall, usage, fmt.Errorf("npu-hooks rollout %s failed after %s: %w; log: %s\n%s", strings.Join(args, " "), wall.Round(time.Millisecond), err, logPath, tail(logPath, 20))
+	}
+	return wall, usage, nil
+}
+
+// checkUpgraded verifies every node runs version with no upgrade state.
+func (b *Bed) checkUpgraded(ctx context.Context, version string) (int, error) {
+	nodes, err := b.cfg.Env.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: contract.LabelNPUPresent + "=true"})
+	if err != nil {
+		return 0, fmt.Errorf("list the NPU nodes: %w", err)
+	}
+	var bad []string
+	for _, nd := range nodes.Items {
+		if !upgraded(&nd, version) {
+			bad = append(bad, fmt.Sprintf("%s (driver %q, state %q)", nd.Name, nd.Labels[keys.DriverVersion()], nd.Labels[keys.UpgradeState()]))
+		}
+	}
+	if len(bad) > 0 || len(nodes.Items) != b.cfg.Nodes {
+		return 0, fmt.Errorf("rollout exited 0 but %d of %d nodes are not on driver %s: %s", len(bad), len(nodes.Items), version, strings.Join(first(bad, 5), ", "))
+	}
+	return len(nodes.Items), nil
+}
+
+func upgraded(n *corev1.Node, version string) bool {
+	return n.Labels[keys.DriverVersion()] == version && n.Labels[keys.UpgradeState()] == "" && !n.Spec.Unschedulable
+}
+
+// checkFunction fails a run whose counts show nothing was measured.
+func checkFunction(s report.Scenario) error {
+	switch {
+	case s.Upgraded == 0:
+		return fmt.Errorf("%s: no node upgraded", s.Name())
+	case s.WritesPerNode() == 0 || s.Watches() == 0:
+		return fmt.Errorf("%s: the counting proxy saw no writes or watches of the rollout", s.Name())
+	case s.Steps.N == 0:
+		return fmt.Errorf("%s: no step latency was recorded", s.Name())
+	case s.RolloutPeakMB == 0:
+		return fmt.Errorf("%s: no memory reading of the rollout process", s.Name())
+	}
+	return nil
+}
+
+func latency(sorted []time.Duration) report.Latency {
+	if len(sorted) == 0 {
+		return report.Latency{}
+	}
+	return report.Latency{N: len(sorted), P50: report.S(steplat.Percentile(sorted, 0.5)), P99: report.S(steplat.Percentile(sorted, 0.99)),
+		Max: report.S(sorted[len(sorted)-1])}
+}
+
+func sorted(ds []time.Duration) []time.Duration {
+	return steplat.Latencies{"": ds}.All()
+}
+
+func withoutKubeconfig(env []string) []string {
+	out := env[:0:0]
+	for _, e := range env {
+		if !strings.HasPrefix(e, "KUBECONFIG=") {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+func first(xs []string, n int) []string { return xs[:min(n, len(xs))] }
+
+func tail(path string, n int) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return ""
+	}
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	return strings.Join(lines[max(len(lines)-n, 0):], "\n")
+}

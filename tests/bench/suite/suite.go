@@ -1,0 +1,186 @@
+// Package suite is `make bench`: the scenario matrix of a mode, one
+// control plane per fleet size, the node-agent measurement, and the
+// report files.
+package suite
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"time"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/openfuyao/npu-stack/tests/bench/agents"
+	"github.com/openfuyao/npu-stack/tests/bench/fleet"
+	"github.com/openfuyao/npu-stack/tests/bench/report"
+	"github.com/openfuyao/npu-stack/tests/bench/scenario"
+	"github.com/openfuyao/npu-stack/tests/testbed"
+)
+
+// Realistic is the scaled realistic per-node time: a real node spends
+// about 10 minutes (drain 2, reboot 6, driver load 2); scaled 1:30.
+var Realistic = fleet.Timing{Reboot: 16 * time.Second, DriverLoad: 4 * time.Second}
+
+var (
+	one       = scenario.Parallelism{Label: "1", Fixed: 1}
+	tenPct    = scenario.Parallelism{Label: "10%", Fraction: 0.1}
+	unlimited = scenario.Parallelism{Label: "unlimited"}
+)
+
+// Fleet is the scenarios run on one fleet size.
+type Fleet struct {
+	Nodes int
+	Specs []scenario.Spec
+}
+
+// Plan is what a mode runs.
+type Plan struct {
+	Mode   string
+	Fleets []Fleet
+	// AgentIdle is the idle window of the node agents.
+	AgentIdle time.Duration
+	Notes     []string
+}
+
+// PlanFor returns the plan of mode "quick" or "full".
+func PlanFor(mode string) (Plan, error) {
+	spec := func(p scenario.Parallelism, t fleet.Timing) scenario.Spec {
+		return scenario.Spec{Parallelism: p, Timing: t, Timeout: time.Hour}
+	}
+	zero := fleet.Timing{}
+	switch mode {
+	case "quick":
+		return Plan{Mode: mode, AgentIdle: 15 * time.Second, Fleets: []Fleet{{Nodes: 100, Specs: []scenario.Spec{
+			spec(unlimited, zero), spec(tenPct, fleet.Timing{Reboot: 800 * time.Millisecond, DriverLoad: 200 * time.Millisecond}),
+		}}}}, nil
+	case "full":
+		return Plan{Mode: mode, AgentIdle: 2 * time.Minute,
+			Fleets: []Fleet{
+				{Nodes: 100, Specs: []scenario.Spec{spec(one, zero), spec(tenPct, zero), spec(unlimited, zero), spec(tenPct, Realistic), spec(unlimited, Realistic)}},
+				{Nodes: 1000, Specs: []scenario.Spec{spec(tenPct, zero), spec(unlimited, zero), spec(tenPct, Realistic), spec(unlimited, Realistic)}},
+				{Nodes: 5000, Specs: []scenario.Spec{spec(tenPct, zero), spec(unlimited, zero), spec(tenPct, Realistic), spec(unlimited, Realistic)}},
+			},
+			Notes: []string{
+				"Parallelism 1 runs only at N = 100 with per-node time 0: with the realistic time its physical limit alone is N × 20 s (33 min at N = 100, 5.6 h at N = 1,000); its per-node overhead is what the N = 100 row shows.",
+			},
+		}, nil
+	}
+	return Plan{}, fmt.Errorf("BENCH=%q: want quick or full", mode)
+}
+
+// Config runs a Plan.
+type Config struct {
+	Plan   Plan
+	OutDir string
+	Log    *logrus.Logger
+}
+
+// Run runs the plan and writes results.md and results.json to OutDir. It
+// fails only on broken function.
+func Run(ctx context.Context, cfg Config) (report.Report, error) {
+	if err := os.MkdirAll(cfg.OutDir, 0o755); err != nil {
+		return report.Report{}, fmt.Errorf("output dir %s: %w", cfg.OutDir, err)
+	}
+	r := report.Report{Date: time.Now().UTC().Format("2006-01-02 15:04 UTC"), Mode: cfg.Plan.Mode, Machine: machine(), Notes: cfg.Plan.Notes}
+	r.Notes = append(r.Notes, fixedNotes...)
+	for i, f := range cfg.Plan.Fleets {
+		scen, err := runFleet(ctx, cfg, f, i == 0, &r)
+		r.Scenarios = append(r.Scenarios, scen...)
+		if err != nil {
+			_ = write(cfg.OutDir, r)
+			return r, err
+		}
+	}
+	r.Targets = report.Targets(r)
+	return r, write(cfg.OutDir, r)
+}
+
+var fixedNotes = []string{
+	"Per-node time is simulated: reboot (drain included: the simulated nodes run no workloads) plus driver load; the realistic time is a 10-minute node upgrade scaled 1:30.",
+	"Wall time runs from the start of `npu-hooks rollout` (a real process, run with the chart's hook arguments) to its exit 0; the driver DaemonSet replacing its pods before it (what `helm upgrade --wait` waits for) is not counted.",
+	"Requests are counted by a proxy between `npu-hooks rollout` and the API server; writes include the Events it records (NPUDriverUpgrade per transition, RebootRequired) and its Lease renewals.",
+	"Step latency: receive times of one watch in the benchmark process (Go monotonic clock); it includes the rollout's queueing behind other nodes' steps and the API server's latency under the load of the whole fleet.",
+	"The node side (rebooter, driver entry, health-watch of every KWOK node) is played in the benchmark process with the product's pure decision functions on in-memory hosts and unlimited reboot slots; KWOK keeps the nodes Ready during their simulated reboot.",
+}
+
+func runFleet(ctx context.Context, cfg Config, f Fleet, agents bool, r *report.Report) ([]report.Scenario, error) {
+	log := cfg.Log.WithField("nodes", f.Nodes)
+	dir := filepath.Join(cfg.OutDir, fmt.Sprintf("n%d", f.Nodes))
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("log dir %s: %w", dir, err)
+	}
+	log.Info("starting a control plane")
+	env, err := testbed.NewEnv(ctx, testbed.Options{})
+	if err != nil {
+		return nil, fmt.Errorf("test bed for %d nodes: %w", f.Nodes, err)
+	}
+	defer func() {
+		if err := env.Stop(); err != nil {
+			log.WithError(err).Warn("stop the control plane")
+		}
+	}()
+	if agents {
+		log.Info("measuring one rebooter and one health-watch")
+		ag, wedge, err := measureAgents(ctx, env, dir, cfg.Plan.AgentIdle, cfg.Log)
+		if err != nil {
+			return nil, err
+		}
+		r.Agents, r.Wedge = ag, wedge
+	}
+	start := time.Now()
+	bed, err := scenario.Setup(ctx, scenario.Config{Env: env, Nodes: f.Nodes, Dir: dir, Log: log})
+	if err != nil {
+		return nil, err
+	}
+	defer bed.Close()
+	log.WithField("took", time.Since(start).Round(time.Second)).Info("fleet installed")
+	var out []report.Scenario
+	for _, spec := range f.Specs {
+		slog := log.WithFields(logrus.Fields{"parallelism": spec.Parallelism.Label, "perNode": spec.Timing.Total()})
+		slog.Info("rollout")
+		s, err := bed.Run(ctx, spec)
+		if err != nil {
+			return out, fmt.Errorf("scenario N=%d parallelism %s per-node %s: %w", f.Nodes, spec.Parallelism.Label, spec.Timing.Total(), err)
+		}
+		slog.WithFields(logrus.Fields{"wall": fmt.Sprintf("%.1fs", s.Wall), "writesPerNode": fmt.Sprintf("%.1f", s.WritesPerNode()),
+			"peakMiB": fmt.Sprintf("%.0f", s.RolloutPeakMB), "stepP99": fmt.Sprintf("%.3fs", s.Steps.P99)}).Info("rollout done")
+		out = append(out, s)
+	}
+	return out, nil
+}
+
+func write(dir string, r report.Report) error {
+	js, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encode results: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "results.json"), append(js, '\n'), 0o644); err != nil {
+		return fmt.Errorf("write results.json: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "results.md"), []byte(report.Markdown(r)), 0o644); err != nil {
+		return fmt.Errorf("write results.md: %w", err)
+	}
+	return nil
+}
+
+func machine() report.Machine {
+	m := report.Machine{Cores: runtime.NumCPU(), GoVersion: runtime.Version(), Kubernetes: "v1.37.1 (local control plane, KWOK nodes)", OS: runtime.GOOS + "/" + runtime.GOARCH}
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, l := range strings.Split(string(b), "\n") {
+			if k, v, ok := strings.Cut(l, ":"); ok && strings.TrimSpace(k) == "model name" {
+				m.CPU = strings.TrimSpace(v)
+				break
+			}
+		}
+	}
+	return m
+}
+
+func measureAgents(ctx context.Context, env *testbed.Env, dir string, idle time.Duration, log logrus.FieldLogger) ([]report.Agent, *report.Wedge, error) {
+	return agents.Measure(ctx, agents.Config{Env: env, Dir: dir, Idle: idle, Log: log})
+}
