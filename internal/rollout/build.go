@@ -116,7 +116,7 @@ func nodeView(node *corev1.Node, pods []*corev1.Pod, drivers []*appsv1.DaemonSet
 			t := targetOf[owner]
 			n.TargetPods[t] = append(n.TargetPods[t], TargetPod{
 				Target: t, Namespace: p.Namespace, Name: p.Name, UID: string(p.UID),
-				Created: p.CreationTimestamp.Time, Ready: podReady(p) != nil, Terminating: p.DeletionTimestamp != nil,
+				Started: lastStart(p), Ready: podReady(p) != nil, Terminating: p.DeletionTimestamp != nil,
 			})
 		case owner == "" && usesNPU(p):
 			n.NPUPods++
@@ -169,6 +169,19 @@ func newerDriver(cur *DriverPod, p *corev1.Pod, k contract.Keys) *DriverPod {
 		d.Ready, d.ReadyAt = true, c.LastTransitionTime.Time
 	}
 	return d
+}
+
+// lastStart is when the pod's main containers last (re)started: a device
+// plugin restarted after a reboot is a new process, but one that started
+// before the driver was ready may hold stale device handles.
+func lastStart(p *corev1.Pod) time.Time {
+	var t time.Time
+	for _, cs := range p.Status.ContainerStatuses {
+		if r := cs.State.Running; r != nil && r.StartedAt.After(t) {
+			t = r.StartedAt.Time
+		}
+	}
+	return t
 }
 
 func nodeReady(n *corev1.Node) bool {

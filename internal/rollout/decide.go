@@ -410,10 +410,11 @@ func rerollNeeds(n NodeView, targets []string) ([]TargetPod, string) {
 	return nil, strings.Join(waits, "; ")
 }
 
-// startedBefore: creation times have second precision, so a pod created
-// in the same second as the driver became ready counts as after it.
+// startedBefore: API times have second precision, so a pod started in
+// the same second as the driver became ready counts as after it; a pod
+// not started yet will start after.
 func startedBefore(pd TargetPod, drv *DriverPod) bool {
-	return drv != nil && !drv.ReadyAt.IsZero() && pd.Created.Before(drv.ReadyAt.Truncate(time.Second))
+	return drv != nil && !drv.ReadyAt.IsZero() && !pd.Started.IsZero() && pd.Started.Before(drv.ReadyAt.Truncate(time.Second))
 }
 
 // stragglers re-rolls, fleet-wide, target pods older than their node's
@@ -421,7 +422,14 @@ func startedBefore(pd TargetPod, drv *DriverPod) bool {
 func stragglers(s Snapshot, d *Decision) []Action {
 	var acts []Action
 	for _, n := range s.Nodes {
-		if n.Driver == nil || !n.Driver.Ready || n.Skip && n.OutOfDate() {
+		if n.Skip && n.OutOfDate() {
+			continue
+		}
+		if n.Driver == nil || !n.Driver.Ready {
+			// Finished means the stack works on every node, also right
+			// after an install, where no node went through validation.
+			d.Waiting[n.Name] = "driver pod not Ready yet"
+			d.Waiting["*reroll"] = "waiting for driver pods"
 			continue
 		}
 		var del []TargetPod

@@ -109,9 +109,9 @@ func TestIdleNodes(t *testing.T) {
 	want(t, decide(p, nv("a", loaded(""))))                                          // version not reported: no guess
 	want(t, decide(p, nv("a", skip)))                                                // skip label
 	want(t, decide(p, nv("a", func(n *NodeView) { n.ProfileError = "no profile" }))) // not covered
-	d := decide(p, nv("a", skip), nv("b", loaded("2.0")))
+	d := decide(p, nv("a", skip), nv("b", loaded("2.0"), readyDriver))
 	if d.Outcome != Finished || d.Progress.Skipped != 1 || d.Progress.Done != 1 {
-		t.Fatalf("skipped + done = %s %+v, want finished", d.Outcome, d.Progress)
+		t.Fatalf("skipped + done = %s %+v, want finished (%v)", d.Outcome, d.Progress, d.Waiting)
 	}
 	if d := decide(p, nv("a", loaded(""))); d.Outcome != Running {
 		t.Fatalf("unknown version must keep the rollout waiting, got %s", d.Outcome)
@@ -223,8 +223,8 @@ func validating(n *NodeView) {
 
 func TestValidation(t *testing.T) {
 	p := policy()
-	oldPod := TargetPod{Target: "ns/dp", Namespace: "ns", Name: "dp-1", UID: "u1", Created: now.Add(-time.Hour), Ready: true}
-	newPod := TargetPod{Target: "ns/dp", Namespace: "ns", Name: "dp-2", UID: "u2", Created: now.Add(-time.Second), Ready: true}
+	oldPod := TargetPod{Target: "ns/dp", Namespace: "ns", Name: "dp-1", UID: "u1", Started: now.Add(-time.Hour), Ready: true}
+	newPod := TargetPod{Target: "ns/dp", Namespace: "ns", Name: "dp-2", UID: "u2", Started: now.Add(-time.Second), Ready: true}
 	with := func(pods ...TargetPod) func(*NodeView) {
 		return func(n *NodeView) { n.TargetPods["ns/dp"] = pods }
 	}
@@ -242,7 +242,7 @@ func TestValidation(t *testing.T) {
 		"replacement coming": {func(n *NodeView) { n.Rerolled = map[string]string{"u1": "ns/dp"} }, "waiting for a new ns/dp pod", nil},
 		"replacement unready": {func(n *NodeView) {
 			n.Rerolled = map[string]string{"u1": "ns/dp"}
-			n.TargetPods["ns/dp"] = []TargetPod{{Target: "ns/dp", UID: "u2", Created: now}}
+			n.TargetPods["ns/dp"] = []TargetPod{{Target: "ns/dp", UID: "u2", Started: now}}
 		}, "waiting for a new ns/dp pod", nil},
 		"deleted pod still there": {func(n *NodeView) {
 			n.Rerolled = map[string]string{"u1": "ns/dp"}
@@ -250,7 +250,7 @@ func TestValidation(t *testing.T) {
 		}, "re-rolling", []string{"a:delete-1"}},
 		"valid":                       {with(newPod), "", []string{"a:validation-required>uncordon-required"}},
 		"target not on this node":     {func(*NodeView) {}, "", []string{"a:validation-required>uncordon-required"}},
-		"same second as driver ready": {with(TargetPod{Target: "ns/dp", UID: "u3", Created: now.Add(-30 * time.Second).Truncate(time.Second), Ready: true}), "", []string{"a:validation-required>uncordon-required"}},
+		"same second as driver ready": {with(TargetPod{Target: "ns/dp", UID: "u3", Started: now.Add(-30 * time.Second).Truncate(time.Second), Ready: true}), "", []string{"a:validation-required>uncordon-required"}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			d := decide(p, nv("a", validating, tc.opt))
@@ -381,14 +381,23 @@ func TestCanaryFirst(t *testing.T) {
 	}
 }
 
+func readyDriver(n *NodeView) {
+	n.Driver = &DriverPod{Name: "drv-" + n.Name, Version: n.Desired, Ready: true, ReadyAt: now.Add(-time.Hour)}
+}
+
 func TestOutcomes(t *testing.T) {
-	if d := decide(policy(), nv("a", loaded("2.0")), nv("b", loaded("2.0"))); d.Outcome != Finished {
-		t.Fatalf("all up to date: %s", d.Outcome)
+	if d := decide(policy(), nv("a", loaded("2.0"), readyDriver), nv("b", loaded("2.0"), readyDriver)); d.Outcome != Finished {
+		t.Fatalf("all up to date: %s %v", d.Outcome, d.Waiting)
+	}
+	// Right after an install no node was validated: finished only once
+	// every driver pod is Ready.
+	if d := decide(policy(), nv("a", loaded("2.0"), readyDriver), nv("b", loaded("2.0"))); d.Outcome != Running || !strings.Contains(d.Waiting["b"], "driver pod not Ready") {
+		t.Fatalf("a node without a Ready driver pod: %s %v", d.Outcome, d.Waiting)
 	}
 	if d := decide(policy(func(p *Policy) { p.Paused = true }), nv("a", in(contract.StateUpgradeRequired))); d.Outcome != Paused {
 		t.Fatalf("paused: %s", d.Outcome)
 	}
-	if d := decide(policy(), nv("a", in(contract.StateFailed)), nv("b", loaded("2.0"))); d.Outcome != Stuck {
+	if d := decide(policy(), nv("a", in(contract.StateFailed)), nv("b", loaded("2.0"), readyDriver)); d.Outcome != Stuck {
 		t.Fatalf("failed node left: %s", d.Outcome)
 	}
 	if d := decide(policy(), nv("a", in(contract.StateUpgradeRequired)), nv("f", in(contract.StateFailed))); d.Outcome != Stuck {
@@ -438,12 +447,17 @@ func TestStragglersReRolledAtTheEnd(t *testing.T) {
 	drv := &DriverPod{Name: "d", Version: "2.0", Ready: true, ReadyAt: now.Add(-time.Minute)}
 	n := nv("a", loaded("2.0"), func(n *NodeView) {
 		n.Driver = drv
-		n.TargetPods["ns/dp"] = []TargetPod{{UID: "old", Created: now.Add(-time.Hour)}}
+		n.TargetPods["ns/dp"] = []TargetPod{{UID: "old", Started: now.Add(-time.Hour)}}
 	})
 	d := decide(policy(), n)
 	want(t, d, "a:delete-1")
 	if d.Outcome != Running {
 		t.Fatalf("with stragglers the rollout is not finished: %s", d.Outcome)
+	}
+	// A pod still held by the driver gate (not started) will start after.
+	n.TargetPods["ns/dp"] = []TargetPod{{UID: "gated"}}
+	if d := decide(policy(), n); len(d.Actions) != 0 || d.Outcome != Finished {
+		t.Fatalf("an unstarted pod is no straggler: %v %s", moves(d), d.Outcome)
 	}
 }
 

@@ -79,7 +79,9 @@ type DriverPod struct {
 type TargetPod struct {
 	Target               string
 	Namespace, Name, UID string
-	Created              time.Time
+	// Started is when the pod's containers last started (zero while
+	// none runs, e.g. held by the driver gate in its init container).
+	Started     time.Time
 	Ready                bool
 	Terminating          bool
 }

@@ -348,8 +348,8 @@ func events(ctx context.Context, t *testing.T, node string, reason contract.Even
 }
 
 // checkReRolled asserts the validation's re-roll: every device-plugin and
-// exporter pod of the fleet was created after its node's driver pod
-// became Ready (in the second-resolution of Kubernetes timestamps).
+// exporter pod of the fleet started after its node's driver pod became
+// Ready (in the second-resolution of Kubernetes timestamps).
 func (f *fleet) checkReRolled(ctx context.Context) {
 	f.t.Helper()
 	pods, err := env.Client.CoreV1().Pods(f.ns).List(ctx, metav1.ListOptions{})
@@ -378,8 +378,14 @@ func (f *fleet) checkReRolled(ctx context.Context) {
 			f.t.Errorf("node %s has no Ready driver pod", p.Spec.NodeName)
 			continue
 		}
-		if p.CreationTimestamp.Time.Before(ready.Truncate(time.Second)) {
-			f.t.Errorf("%s pod %s on %s was created at %s, before its driver became ready at %s", comp, p.Name, p.Spec.NodeName, p.CreationTimestamp, ready)
+		var started time.Time
+		for _, cs := range p.Status.ContainerStatuses {
+			if r := cs.State.Running; r != nil && r.StartedAt.After(started) {
+				started = r.StartedAt.Time
+			}
+		}
+		if started.IsZero() || started.Before(ready.Truncate(time.Second)) {
+			f.t.Errorf("%s pod %s on %s started at %s, before its driver became ready at %s", comp, p.Name, p.Spec.NodeName, started, ready)
 		}
 		checked++
 	}

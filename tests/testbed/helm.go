@@ -3,10 +3,14 @@ package testbed
 import (
 	"context"
 	"fmt"
+	"io"
 	"path/filepath"
+	"time"
 
 	"helm.sh/helm/v3/pkg/action"
 	"helm.sh/helm/v3/pkg/chart/loader"
+	"helm.sh/helm/v3/pkg/chartutil"
+	"helm.sh/helm/v3/pkg/kube"
 	"helm.sh/helm/v3/pkg/release"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 )
@@ -46,18 +50,52 @@ func ChartPath() (string, error) {
 	return filepath.Join(root, "charts", "npu-stack"), nil
 }
 
-// InstallOptions tune Install.
+// InstallOptions tune Install, Upgrade and Rollback.
 type InstallOptions struct {
 	// DisableHooks leaves out the hook Jobs (tests that run npu-hooks
 	// themselves).
 	DisableHooks bool
-	// Wait waits for the workloads with Helm's own wait.
+	// Wait waits for the workloads (Helm's own wait, or WrapKubeClient's)
+	// before the post hooks.
 	Wait bool
+	// Timeout bounds each hook and the wait (Helm's --timeout); default 5m.
+	Timeout time.Duration
+	// HookOutput receives the log of a failed hook (the chart asks for it
+	// with helm.sh/hook-output-log-policy), as the helm CLI prints it.
+	HookOutput io.Writer
+	// WrapKubeClient replaces Helm's Kubernetes client, e.g. with another
+	// wait strategy (kstatus, as Flux and Helm 4 --wait=watcher use).
+	WrapKubeClient func(*kube.Client) kube.Interface
+}
+
+func (o InstallOptions) timeout() time.Duration {
+	if o.Timeout <= 0 {
+		return 5 * time.Minute
+	}
+	return o.Timeout
+}
+
+func (h *Helm) configFor(opts InstallOptions) (*action.Configuration, error) {
+	cfg, err := h.Config(nil)
+	if err != nil {
+		return nil, err
+	}
+	if opts.HookOutput != nil {
+		cfg.SetHookOutputFunc(func(_, _, _ string) io.Writer { return opts.HookOutput })
+	}
+	if opts.WrapKubeClient != nil {
+		kc, ok := cfg.KubeClient.(*kube.Client)
+		if !ok {
+			return nil, fmt.Errorf("helm kube client is %T, not *kube.Client", cfg.KubeClient)
+		}
+		cfg.KubeClient = opts.WrapKubeClient(kc)
+	}
+	return cfg, nil
 }
 
 // Install installs the chart of this checkout as release with vals.
 func (h *Helm) Install(ctx context.Context, releaseName string, vals map[string]any, opts InstallOptions) (*release.Release, error) {
-	cfg, err := h.Config(nil)
+	cfg, err := h.configFor(opts)
 	if err != nil {
 		return nil, err
 	}
@@ -71,7 +109,7 @@ func (h *Helm) Install(ctx context.Context, releaseName string, vals map[string]
 	}
 	inst := action.NewInstall(cfg)
 	inst.ReleaseName, inst.Namespace, inst.CreateNamespace = releaseName, h.Namespace, true
-	inst.DisableHooks, inst.Wait = opts.DisableHooks, opts.Wait
+	inst.DisableHooks, inst.Wait, inst.Timeout = opts.DisableHooks, opts.Wait, opts.timeout()
 	rel, err := inst.RunWithContext(ctx, ch, vals)
 	if err != nil {
 		return nil, fmt.Errorf("helm install %s: %w", releaseName, err)
@@ -82,7 +120,7 @@ func (h *Helm) Install(ctx context.Context, releaseName string, vals map[string]
 // Upgrade upgrades release to the chart of this checkout with vals
 // (ReuseValues false: vals are the whole user values, like a GitOps tool).
 func (h *Helm) Upgrade(ctx context.Context, releaseName string, vals map[string]any, opts InstallOptions) (*release.Release, error) {
-	cfg, err := h.Config(nil)
+	cfg, err := h.configFor(opts)
 	if err != nil {
 		return nil, err
 	}
@@ -96,10 +134,59 @@ func (h *Helm) Upgrade(ctx context.Context, releaseName string, vals map[string]
 	}
 	up := action.NewUpgrade(cfg)
 	up.Namespace = h.Namespace
-	up.DisableHooks, up.Wait = opts.DisableHooks, opts.Wait
+	up.DisableHooks, up.Wait, up.Timeout = opts.DisableHooks, opts.Wait, opts.timeout()
 	rel, err := up.RunWithContext(ctx, releaseName, ch, vals)
 	if err != nil {
 		return nil, fmt.Errorf("helm upgrade %s: %w", releaseName, err)
+	}
+	return rel, nil
+}
+
+// Rollback rolls release back to revision, like `helm rollback`.
+func (h *Helm) Rollback(releaseName string, revision int, opts InstallOptions) error {
+	cfg, err := h.configFor(opts)
+	if err != nil {
+		return err
+	}
+	rb := action.NewRollback(cfg)
+	rb.Version, rb.Wait, rb.Timeout, rb.DisableHooks = revision, opts.Wait, opts.timeout(), opts.DisableHooks
+	if err := rb.Run(releaseName); err != nil {
+		return fmt.Errorf("helm rollback %s %d: %w", releaseName, revision, err)
+	}
+	return nil
+}
+
+// Status returns the release's latest revision.
+func (h *Helm) Status(releaseName string) (*release.Release, error) {
+	cfg, err := h.Config(nil)
+	if err != nil {
+		return nil, err
+	}
+	rel, err := action.NewStatus(cfg).Run(releaseName)
+	if err != nil {
+		return nil, fmt.Errorf("helm status %s: %w", releaseName, err)
+	}
+	return rel, nil
+}
+
+// Render renders the chart with vals like `helm template` (hooks
+// included in Hooks), validating vals against the schema.
+func (h *Helm) Render(ctx context.Context, releaseName string, vals map[string]any) (*release.Release, error) {
+	path, err := ChartPath()
+	if err != nil {
+		return nil, err
+	}
+	ch, err := loader.Load(path)
+	if err != nil {
+		return nil, fmt.Errorf("load chart %s: %w", path, err)
+	}
+	inst := action.NewInstall(&action.Configuration{})
+	inst.DryRun, inst.ClientOnly, inst.Replace = true, true, true
+	inst.ReleaseName, inst.Namespace = releaseName, h.Namespace
+	inst.KubeVersion = &chartutil.KubeVersion{Version: "v1.37.1", Major: "1", Minor: "37"}
+	rel, err := inst.RunWithContext(ctx, ch, vals)
+	if err != nil {
+		return nil, fmt.Errorf("helm template %s: %w", releaseName, err)
 	}
 	return rel, nil
 }

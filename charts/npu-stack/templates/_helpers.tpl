@@ -141,7 +141,9 @@ tolerations:
 - --drain-timeout={{ $p.drain.timeoutSeconds }}s
 - --drain-delete-emptydir={{ $p.drain.deleteEmptyDir }}
 - --reboot-timeout={{ $p.rebootTimeoutSeconds }}s
-- --deadline={{ .Values.hooks.activeDeadlineSeconds }}s
+{{- /* 90% of the Job's hard limit: the rollout stops first and prints its
+summary (the stuck nodes and their fix) before the Job is killed. */}}
+- --deadline={{ div (mul .Values.hooks.activeDeadlineSeconds 9) 10 }}s
 {{- if .Values.devicePlugin.enabled }}
 - --reroll={{ include "npu-stack.namespace" . }}/{{ include "npu-stack.fullname" . }}-device-plugin
 {{- end }}

@@ -1,0 +1,280 @@
+// Package e2e_test runs the product as users run it: the chart installed,
+// upgraded and rolled back with the Helm SDK, hook Jobs executed for real,
+// the rebooter, driver gate and health-watch running as processes on
+// simulated nodes; and the same upgrade as Flux/Helm 4 (kstatus wait) and
+// Argo CD (hooks mapped to sync phases) would apply it.
+package e2e_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/openfuyao/npu-stack/internal/contract"
+	"github.com/openfuyao/npu-stack/tests/testbed"
+	"github.com/openfuyao/npu-stack/tests/testbed/procnode"
+)
+
+var (
+	env  *testbed.Env
+	keys = contract.Keys{Domain: contract.DefaultDomain}
+	// hookNode runs the hook Jobs: a non-NPU process node, which the
+	// chart's hooks prefer (an NPU node may be the one rebooting).
+	hookNodeOnce sync.Once
+)
+
+const (
+	fleetLabel = "test.npu-stack.openfuyao.com/fleet"
+	v1         = "25.3.0"
+	v2         = "25.5.0"
+	kernel     = "5.15.0-105-generic"
+	osRelease  = "ubuntu22.04"
+)
+
+func TestMain(m *testing.M) { os.Exit(testbed.Main(m, &env)) }
+
+func ctxTimeout(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// stack is one installation of the chart on its own simulated nodes.
+type stack struct {
+	t       *testing.T
+	ns      string
+	fleet   string // node label value selecting exactly this stack's nodes
+	release string
+	nodes   []*procnode.Node
+	vals    map[string]any
+	helm    *testbed.Helm
+}
+
+// newStack starts n910 + n310 fresh NPU nodes (no driver loaded: the
+// driver pod installs on first boot) in namespace ns (created if needed)
+// and returns values for the chart with two profiles.
+func newStack(t *testing.T, ns, release string, n910, n310 int) *stack {
+	t.Helper()
+	ctx := ctxTimeout(t, 3*time.Minute)
+	hookNodeOnce.Do(func() {
+		if _, err := env.AddProcessNodes(ctx, 1, testbed.NodeSpec{Prefix: "cpu", Labels: map[string]string{contract.LabelNPUPresent: "false"}}); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if ns == "" {
+		var err error
+		if ns, err = env.NewNamespace(ctx, t.Name()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if release == "" {
+		release = ns
+	}
+	// Unique per run, so -count=N reruns in the same namespace never pick
+	// up an earlier run's nodes.
+	fleet := fmt.Sprintf("%.50s-%05d", ns, rand.IntN(100000))
+	s := &stack{t: t, ns: ns, fleet: fleet, release: release, helm: env.Helm(ns)}
+	for _, p := range []struct {
+		chip string
+		n    int
+	}{{"910b", n910}, {"310p", n310}} {
+		if p.n == 0 {
+			continue
+		}
+		nodes, err := env.AddProcessNodes(ctx, p.n, testbed.NodeSpec{Prefix: "e2e-" + p.chip, Chip: p.chip, Kernel: kernel, OS: osRelease,
+			Labels: map[string]string{fleetLabel: fleet}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.nodes = append(s.nodes, nodes...)
+	}
+	profile := func(chip string) map[string]any {
+		return map[string]any{"name": chip, "chip": chip, "kernel": kernel, "os": osRelease, "nodeSelector": map[string]any{}}
+	}
+	s.vals = map[string]any{
+		"namespace":       ns,
+		"npuNodeSelector": map[string]any{contract.LabelNPUPresent: "true", fleetLabel: fleet},
+		"driver": map[string]any{
+			"version":  v1,
+			"profiles": []any{profile("910b"), profile("310p")},
+			"upgradePolicy": map[string]any{"autoUpgrade": true, "maxParallelUpgrades": 2, "maxUnavailable": "50%",
+				"rebootTimeoutSeconds": 120},
+		},
+		"rebooter":    map[string]any{"uptimeGuardMinutes": 0, "metricsPort": 0, "slots": 2},
+		"healthWatch": map[string]any{"probeIntervalSeconds": 5, "probeTimeoutSeconds": 2},
+		"hooks": map[string]any{"preflight": map[string]any{"skipImageCheck": true}, "resume": map[string]any{"enabled": false},
+			"activeDeadlineSeconds": 600},
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			s.dumpLogs()
+		}
+	})
+	return s
+}
+
+func (s *stack) policy() map[string]any {
+	return s.vals["driver"].(map[string]any)["upgradePolicy"].(map[string]any)
+}
+
+func (s *stack) setVersion(v string) { s.vals["driver"].(map[string]any)["version"] = v }
+
+func (s *stack) selector() string { return fleetLabel + "=" + s.fleet }
+
+func (s *stack) names() []string {
+	var out []string
+	for _, n := range s.nodes {
+		out = append(out, n.Name())
+	}
+	return out
+}
+
+// waitNodes waits until cond holds for every node of the stack.
+func (s *stack) waitNodes(ctx context.Context, what string, cond func(*corev1.Node) bool) {
+	s.t.Helper()
+	var not []string
+	lw := cache.NewFilteredListWatchFromClient(env.Client.CoreV1().RESTClient(), "nodes", "", func(o *metav1.ListOptions) { o.LabelSelector = s.selector() })
+	err := testbed.WaitFor(ctx, lw, &corev1.Node{}, func(nodes []*corev1.Node) (bool, error) {
+		not = not[:0]
+		for _, n := range nodes {
+			if !cond(n) {
+				not = append(not, n.Name)
+			}
+		}
+		return len(nodes) == len(s.nodes) && len(not) == 0, nil
+	})
+	if err != nil {
+		s.t.Fatalf("%s: %v (not yet: %v)", what, err, not)
+	}
+}
+
+// check asserts the state after a finished rollout to version: every node
+// runs it, was rebooted reboots times in total, is schedulable, carries no
+// state label, and its device plugin started after its driver was ready.
+func (s *stack) check(ctx context.Context, version string, reboots int) {
+	s.t.Helper()
+	for _, pn := range s.nodes {
+		n, err := env.Client.CoreV1().Nodes().Get(ctx, pn.Name(), metav1.GetOptions{})
+		if err != nil {
+			s.t.Fatal(err)
+		}
+		st, err := pn.Host().State()
+		if err != nil {
+			s.t.Fatal(err)
+		}
+		if v := n.Labels[keys.DriverVersion()]; v != version || st.LoadedDriver != version {
+			s.t.Errorf("%s: driver label %q, loaded %q; want %s", n.Name, v, st.LoadedDriver, version)
+		}
+		if st.Reboots != reboots {
+			s.t.Errorf("%s: rebooted %d times, want %d (one per driver change)", n.Name, st.Reboots, reboots)
+		}
+		if n.Spec.Unschedulable {
+			s.t.Errorf("%s: left cordoned", n.Name)
+		}
+		if v, ok := n.Labels[keys.UpgradeState()]; ok {
+			s.t.Errorf("%s: state label %q left", n.Name, v)
+		}
+	}
+	s.checkDevicePluginsFresh(ctx)
+}
+
+// checkDevicePluginsFresh: every device-plugin pod's container started
+// after its node's driver pod became Ready (second resolution).
+func (s *stack) checkDevicePluginsFresh(ctx context.Context) {
+	s.t.Helper()
+	pods, err := env.Client.CoreV1().Pods(s.ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	readyAt := map[string]time.Time{}
+	for _, p := range pods.Items {
+		if p.Labels["app"] == "npu-driver-daemonset" && p.DeletionTimestamp == nil {
+			for _, c := range p.Status.Conditions {
+				if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
+					readyAt[p.Spec.NodeName] = c.LastTransitionTime.Time
+				}
+			}
+		}
+	}
+	seen := 0
+	for _, p := range pods.Items {
+		if p.Labels["app.kubernetes.io/component"] != contract.ComponentDevicePlugin || p.DeletionTimestamp != nil {
+			continue
+		}
+		seen++
+		ready, ok := readyAt[p.Spec.NodeName]
+		var started time.Time
+		for _, cs := range p.Status.ContainerStatuses {
+			if r := cs.State.Running; r != nil && r.StartedAt.After(started) {
+				started = r.StartedAt.Time
+			}
+		}
+		switch {
+		case !ok:
+			s.t.Errorf("node %s: no Ready driver pod", p.Spec.NodeName)
+		case started.IsZero():
+			s.t.Errorf("device plugin %s on %s is not running", p.Name, p.Spec.NodeName)
+		case started.Before(ready.Truncate(time.Second)):
+			s.t.Errorf("device plugin %s on %s started %s, before its driver was ready at %s", p.Name, p.Spec.NodeName, started, ready)
+		}
+	}
+	if seen != len(s.nodes) {
+		s.t.Errorf("%d device-plugin pods, want one per node (%d)", seen, len(s.nodes))
+	}
+}
+
+func (s *stack) dumpLogs() {
+	pods, err := env.Client.CoreV1().Pods(s.ns).List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		return
+	}
+	for _, p := range pods.Items {
+		node, ok := env.ProcessNode(p.Spec.NodeName)
+		if !ok {
+			continue
+		}
+		for _, c := range append(p.Spec.InitContainers, p.Spec.Containers...) {
+			if l := node.Logs(s.ns, p.Name, c.Name); l != "" {
+				s.t.Logf("--- %s/%s on %s:\n%s", p.Name, c.Name, p.Spec.NodeName, tail(l, 25))
+			}
+		}
+	}
+}
+
+func tail(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// kubectl runs a shell command line verbatim with the test cluster's
+// kubeconfig and the built kubectl first on PATH.
+func kubectl(ctx context.Context, t *testing.T, line string) string {
+	t.Helper()
+	cmd := exec.CommandContext(ctx, "sh", "-c", line)
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+env.Kubeconfig, "PATH="+env.BinDir+":"+os.Getenv("PATH"))
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	if err := cmd.Run(); err != nil {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			t.Fatalf("%s: exit %d\n%s%s", line, ee.ExitCode(), out.String(), errOut.String())
+		}
+		t.Fatalf("%s: %v", line, err)
+	}
+	return out.String()
+}
