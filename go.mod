@@ -3,7 +3,9 @@ module github.com/openfuyao/npu-stack
 go 1.26.0
 
 require (
+	github.com/fluxcd/cli-utils v1.3.0
 	github.com/fsnotify/fsnotify v1.10.1
+	github.com/google/go-containerregistry v0.22.1
 	github.com/prometheus/client_golang v1.24.1
 	github.com/sirupsen/logrus v1.10.2
 	github.com/spf13/cobra v1.10.2
@@ -16,17 +18,16 @@ require (
 	k8s.io/client-go v0.37.2
 	k8s.io/kubectl v0.37.2
 	k8s.io/utils v0.0.0-20260707023825-cf1189d6abe3
+	tags.cncf.io/container-device-interface/specs-go v1.1.1
 )
 
 require (
 	github.com/docker/cli v29.7.2+incompatible // indirect
 	github.com/docker/docker-credential-helpers v0.9.5 // indirect
-	github.com/fluxcd/cli-utils v1.3.0 // indirect
-	github.com/google/go-containerregistry v0.22.1 // indirect
 	github.com/klauspost/compress v1.19.2 // indirect
 	github.com/kylelemons/godebug v1.1.0 // indirect
 	github.com/opencontainers/runtime-spec v1.3.0 // indirect
-	tags.cncf.io/container-device-interface/specs-go v1.1.1 // indirect
+	gotest.tools/v3 v3.5.2 // indirect
 )
 
 require (
@@ -111,7 +112,7 @@ require (
 	github.com/x448/float16 v0.8.4 // indirect
 	github.com/xlab/treeprint v1.2.0 // indirect
 	go.yaml.in/yaml/v2 v2.4.4 // indirect
-	go.yaml.in/yaml/v3 v3.0.5 // indirect
+	go.yaml.in/yaml/v3 v3.0.5
 	golang.org/x/crypto v0.55.0 // indirect
 	golang.org/x/net v0.58.0 // indirect
 	golang.org/x/oauth2 v0.36.0 // indirect

@@ -153,7 +153,7 @@ func TestDefaultsRenderTheWholeStack(t *testing.T) {
 
 	dp := r.find("DaemonSet", "npu-stack-device-plugin")
 	inits := containers(t, dp, "initContainers")
-	if gate := strs(inits["wait-for-driver"]["args"]); gate[0] != "validate" || !hasArg(gate, "--wait") || !hasArg(gate, "--driver-version=25.3.0") {
+	if gate := strs(inits["wait-for-driver"]["args"]); gate[0] != "validate" || !hasArg(gate, "--wait") || hasArg(gate, "--driver-version=25.3.0") {
 		t.Errorf("device plugin gate args %q", gate)
 	}
 	if cdi := strs(inits["cdi-generate"]["args"]); !reflect.DeepEqual(cdi[:3], []string{"cdi", "generate", "--kind=huawei.com/npu"}) {
@@ -443,5 +443,17 @@ func TestNonDriverChangeLeavesDriverDaemonSetUntouched(t *testing.T) {
 	upgraded := mustRender(t, variant{name: "upgrade", vals: map[string]any{"driver": map[string]any{"version": "25.5.0"}}})
 	if reflect.DeepEqual(a, nested[map[string]any](t, upgraded.find("DaemonSet", "npu-stack-driver-910b"), "spec", "template")) {
 		t.Error("a driver version change left the driver pod template as it was")
+	}
+	// Only the driver DaemonSets may roll on a driver change: a new
+	// device-plugin pod would wait for a driver that only the
+	// post-upgrade rollout loads, which deadlocks helm --wait, Flux's and
+	// Helm 4's kstatus waits and Argo CD's health checks.
+	for _, ds := range base.ofKind("DaemonSet") {
+		if strings.Contains(ds.GetName(), "-driver-") {
+			continue
+		}
+		if !reflect.DeepEqual(nested[map[string]any](t, ds, "spec", "template"), nested[map[string]any](t, upgraded.find("DaemonSet", ds.GetName()), "spec", "template")) {
+			t.Errorf("DaemonSet %s's pod template changes with driver.version", ds.GetName())
+		}
 	}
 }
