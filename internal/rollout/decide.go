@@ -212,8 +212,11 @@ func admit(b builder, cands []NodeView, p Policy, d *Decision, inFlight, unavail
 func decideInFlight(b builder, n NodeView, p Policy, s Snapshot, now time.Time) ([]Action, string, time.Duration) {
 	elapsed := now.Sub(n.Since)
 	// The desired version went back to the loaded one (a rollback before
-	// this node rebooted): nothing to reboot for, give the node back.
-	if !n.OutOfDate() && n.UpToDate() && n.State != contract.StateValidationRequired && n.State != contract.StateUncordonRequired && !rebootStarted(n) {
+	// this node rebooted): nothing to reboot for, give the node back. A
+	// node that booted since its reboot was asked for did reboot, even if
+	// the rebooter already cleared the start time (a fast reboot, or a
+	// rollout restarted meanwhile): that boot is validated like any other.
+	if !n.OutOfDate() && n.UpToDate() && n.State != contract.StateValidationRequired && n.State != contract.StateUncordonRequired && !rebootStarted(n) && !rebooted(n) {
 		a := b.transition(n, contract.StateUncordonRequired, "driver "+n.Loaded+" is the desired version again; no reboot needed")
 		if n.RebootRequired && n.RebootReason == string(contract.ReasonUpgrade) {
 			a.Change.Labels[b.k.RebootRequired()] = nil
@@ -287,8 +290,14 @@ func rebootStarted(n NodeView) bool {
 	return !n.RebootStarted.IsZero() && !n.RebootStarted.Before(n.Since.Truncate(time.Second))
 }
 
+// rebooted is true when the node's boot ID changed since the rollout
+// recorded it at reboot-required.
+func rebooted(n NodeView) bool {
+	return n.UpgradeBootID != "" && n.BootID != "" && n.BootID != n.UpgradeBootID
+}
+
 func decideReboot(b builder, n NodeView, p Policy, now time.Time) ([]Action, string, time.Duration) {
-	if n.UpgradeBootID != "" && n.BootID != "" && n.BootID != n.UpgradeBootID {
+	if rebooted(n) {
 		a := b.transition(n, contract.StateValidationRequired, "node rebooted")
 		// The rebooter clears these after boot; clearing them here too
 		// keeps an unplanned reboot from being followed by a second one.

@@ -428,6 +428,17 @@ func TestRollbackBeforeRebootReturnsNode(t *testing.T) {
 	want(t, decide(policy(), nv("a", in(contract.StateUpgradeRequired), loaded("2.0"))), "a:upgrade-required>done")
 }
 
+// A rollout that first looks after the reboot completed (the rebooter
+// already cleared its start time, the new driver already loaded) must
+// validate the new boot and re-roll, not take it for a rollback.
+func TestRebootSeenOnlyAfterCompletionIsValidated(t *testing.T) {
+	after := func(n *NodeView) { n.UpgradeBootID, n.BootID = "boot-a", "boot-b" }
+	want(t, decide(policy(), nv("a", in(contract.StateRebootRequired), loaded("2.0"), after)), "a:reboot-required>validation-required")
+	// Still the rollback shortcut when the node did not boot.
+	before := func(n *NodeView) { n.UpgradeBootID = "boot-a" }
+	want(t, decide(policy(), nv("a", in(contract.StateRebootRequired), loaded("2.0"), before)), "a:reboot-required>uncordon-required")
+}
+
 func TestFailureBeforeRebootUncordons(t *testing.T) {
 	b := builder{k: keys, now: now}
 	a := b.fail(nv("a", in(contract.StatePodDeletionRequired), wasCordoned(false)), StepPodDeletion, "PDB")
