@@ -212,6 +212,7 @@ func (s *Sim) Run(ctx context.Context) error {
 	for i := 0; i < s.cfg.Workers; i++ {
 		go s.work(ctx)
 	}
+	go s.heartbeats(ctx)
 	return nil
 }
 
