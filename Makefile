@@ -10,7 +10,7 @@ export NPU_STACK_CP_DIR := $(CP_DIR)
 # sequential on small machines.
 TEST_FLAGS ?= -count=1 -p 1 -timeout 30m
 
-.PHONY: all build test unit fuzz lint controlplane cluster cluster-down clean help
+.PHONY: all build test unit fuzz bench lint controlplane cluster cluster-down clean help
 
 all: build
 
@@ -32,6 +32,13 @@ unit: ## run the tests that need no control plane
 FUZZTIME ?= 20s
 fuzz: ## short fuzz run of the npu-smi parser (FUZZTIME, default 20s)
 	$(GO) test -run=NONE -fuzz=FuzzParse -fuzztime=$(FUZZTIME) ./internal/npusmi/
+
+# The scale benchmark (issue 7): full = N 100, 1,000, 5,000 (long: run it
+# for the README figures); quick = N 100 in under 3 minutes, for CI. It
+# fails only on broken function, never on a slow figure.
+BENCH ?= full
+bench: controlplane ## rollouts of 100 to 5,000 KWOK nodes measured; results in .cache/bench/results.{md,json} (BENCH=quick|full)
+	$(GO) run ./tests/cmd/npu-bench --mode $(BENCH) --out .cache/bench
 
 lint: ## gofmt, go vet and golangci-lint
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
