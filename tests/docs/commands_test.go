@@ -1,0 +1,240 @@
+package docs_test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"helm.sh/helm/v3/pkg/release"
+
+	"github.com/openfuyao/npu-stack/tests/testbed"
+)
+
+// docCommand is one command line of a ```sh block.
+type docCommand struct {
+	file string
+	line int
+	text string
+}
+
+func (c docCommand) String() string { return fmt.Sprintf("%s:%d: %s", c.file, c.line, c.text) }
+
+// shCommands returns every command line in the ```sh blocks of docs/*.md,
+// with `\` continuations joined; comment-only and empty lines are left out.
+func shCommands(t *testing.T) []docCommand {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(repoRoot(t), "docs", "*.md"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no docs/*.md: %v", err)
+	}
+	var cmds []docCommand
+	for _, f := range files {
+		fh, err := os.Open(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sc := bufio.NewScanner(fh)
+		in, n, pending, start := false, 0, "", 0
+		for sc.Scan() {
+			n++
+			l := sc.Text()
+			trimmed := strings.TrimSpace(l)
+			switch {
+			case !in && trimmed == "```sh":
+				in = true
+				continue
+			case in && trimmed == "```":
+				in = false
+				continue
+			case !in:
+				continue
+			}
+			if pending == "" {
+				start = n
+			}
+			if strings.HasSuffix(trimmed, "\\") {
+				pending += strings.TrimSuffix(trimmed, "\\") + " "
+				continue
+			}
+			text := strings.TrimSpace(pending + trimmed)
+			pending = ""
+			if text == "" || strings.HasPrefix(text, "#") {
+				continue
+			}
+			cmds = append(cmds, docCommand{file: filepath.Base(f), line: start, text: text})
+		}
+		_ = fh.Close()
+		if err := sc.Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return cmds
+}
+
+// notRunHere lists, by prefix, the documented commands this test does not
+// run, and why. Everything else in a ```sh block must exit 0.
+var notRunHere = []struct{ prefix, why string }{
+	{"helm ", "changes or reads a Helm release with the helm CLI, which the tests do not build; install, upgrade and rollback run through the Helm SDK in tests/e2e and `make demo`, the install here"},
+	{"helmfile ", "helmfile CLI (not built by the tests); the example file is checked by TestHelmfileExample"},
+	{"make ", "starts or stops `make cluster`; this test runs its own control plane"},
+	{"export ", "this test sets KUBECONFIG and PATH itself"},
+	{"H3=", "builds a CLI from the Go module proxy (minutes)"},
+	{"GOBIN=", "builds a CLI from the Go module proxy (minutes)"},
+	{"d=$(go mod download", "builds a CLI from the Go module proxy (minutes)"},
+	{`(cd "$d"`, "builds a CLI from the Go module proxy (minutes)"},
+	{"bin/npu-cluster ", "injects a fault into `make cluster`'s simulated host; wedge detection and recovery are tested in tests/health and tests/reboot"},
+	{"kubectl apply -n argocd ", "needs Argo CD's CRDs; the file is checked by TestArgoCDExample"},
+	{"kubectl apply -f docs/examples/flux-", "needs Flux's CRDs; the file is checked by TestFluxExample"},
+}
+
+func skipReason(cmd string) string {
+	for _, s := range notRunHere {
+		if strings.HasPrefix(cmd, s.prefix) {
+			return s.why
+		}
+	}
+	return ""
+}
+
+// The docs write N (or <node>) for a node name.
+var nodePlaceholder = regexp.MustCompile(`(node |name=)(N|<node>)\b`)
+
+func substituteNode(cmd, node string) string {
+	return nodePlaceholder.ReplaceAllString(cmd, "${1}"+node)
+}
+
+func TestCommandExtraction(t *testing.T) {
+	cmds := shCommands(t)
+	ran, perFile := 0, map[string]int{}
+	used := map[string]bool{}
+	for _, c := range cmds {
+		if !strings.HasPrefix(c.text, "kubectl ") && !strings.HasPrefix(c.text, "npu-hooks ") && !strings.HasPrefix(c.text, "bin/npu-hooks ") {
+			if skipReason(c.text) == "" {
+				t.Errorf("%s: neither a kubectl/npu-hooks command nor in notRunHere", c)
+			}
+		}
+		for _, s := range notRunHere {
+			if strings.HasPrefix(c.text, s.prefix) {
+				used[s.prefix] = true
+			}
+		}
+		if skipReason(c.text) == "" {
+			ran++
+			perFile[c.file]++
+		}
+		if strings.Contains(c.text, " -w") || strings.Contains(c.text, " -f job/") || strings.Contains(c.text, "--watch") {
+			t.Errorf("%s: streams until interrupted; keep such commands out of ```sh blocks", c)
+		}
+	}
+	for _, s := range notRunHere {
+		if !used[s.prefix] {
+			t.Errorf("notRunHere entry %q matches no documented command: remove it", s.prefix)
+		}
+	}
+	if ran < 40 {
+		t.Errorf("only %d runnable commands found in docs/*.md", ran)
+	}
+	for _, f := range []string{"driver-upgrade.md", "self-healing.md", "observability.md", "troubleshooting.md", "installation.md"} {
+		if perFile[f] == 0 {
+			t.Errorf("no runnable command in docs/%s", f)
+		}
+	}
+	if got := substituteNode("kubectl annotate node N a=b; kubectl get events --field-selector involvedObject.name=N", "x"); got != "kubectl annotate node x a=b; kubectl get events --field-selector involvedObject.name=x" {
+		t.Errorf("substitution: %s", got)
+	}
+}
+
+// installOnce installs the chart as docs/installation.md's local-cluster
+// section does: release npu-stack in npu-operator, values-local-cluster.yaml,
+// hooks on (preflight and rollout run as Jobs), on three process-backed
+// NPU nodes. A second run (-count=2) reuses it.
+func installOnce(ctx context.Context, t *testing.T) []string {
+	t.Helper()
+	h := env.Helm("npu-operator")
+	if rel, err := h.Status("npu-stack"); err == nil && rel.Info.Status == release.StatusDeployed {
+		return []string{"npu-0", "npu-1", "npu-2"}
+	}
+	nodes, err := env.AddProcessNodes(ctx, 3, testbed.NodeSpec{Prefix: "npu"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, n := range nodes {
+		names = append(names, n.Name())
+	}
+	if strings.Join(names, ",") != "npu-0,npu-1,npu-2" {
+		t.Fatalf("nodes %v: the docs name npu-0..npu-2 (as make cluster does)", names)
+	}
+	vals := valuesFile(t, filepath.Join(examplesDir(t), "values-local-cluster.yaml"))
+	var hookLog strings.Builder
+	if _, err := h.Install(ctx, "npu-stack", vals, testbed.InstallOptions{Timeout: 4 * time.Minute, HookOutput: &hookLog}); err != nil {
+		t.Fatalf("helm install npu-stack charts/npu-stack -n npu-operator -f docs/examples/values-local-cluster.yaml: %v\n%s", err, hookLog.String())
+	}
+	return names
+}
+
+// workDir is a directory laid out like the repository root for the
+// commands (docs/, charts/, bin/ with the binaries of this checkout).
+func workDir(t *testing.T) string {
+	t.Helper()
+	dir, root := t.TempDir(), repoRoot(t)
+	for name, target := range map[string]string{"docs": filepath.Join(root, "docs"), "charts": filepath.Join(root, "charts"), "bin": env.ProductBinDir} {
+		if err := os.Symlink(target, filepath.Join(dir, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+func kubectlDir(t *testing.T) string {
+	t.Helper()
+	dir := os.Getenv("NPU_STACK_CP_DIR")
+	if dir == "" {
+		dir = filepath.Join(repoRoot(t), ".cache", "controlplane")
+	}
+	dir = filepath.Join(dir, "bin")
+	if _, err := os.Stat(filepath.Join(dir, "kubectl")); err != nil {
+		t.Fatalf("kubectl not built: run `make controlplane`: %v", err)
+	}
+	return dir
+}
+
+// TestDocCommandsRun runs every documented kubectl and npu-hooks command
+// verbatim (N and <node> become npu-1) with bash, in doc order, against
+// the installed chart; each must exit 0.
+func TestDocCommandsRun(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	installOnce(ctx, t)
+	dir := workDir(t)
+	environ := append(os.Environ(),
+		"KUBECONFIG="+env.Kubeconfig,
+		"PATH="+kubectlDir(t)+string(os.PathListSeparator)+env.ProductBinDir+string(os.PathListSeparator)+os.Getenv("PATH"),
+	)
+	ran := 0
+	for _, c := range shCommands(t) {
+		if why := skipReason(c.text); why != "" {
+			t.Logf("not run: %s (%s)", c, why)
+			continue
+		}
+		cmdline := substituteNode(c.text, "npu-1")
+		cctx, ccancel := context.WithTimeout(ctx, 3*time.Minute)
+		cmd := exec.CommandContext(cctx, "bash", "-o", "pipefail", "-c", cmdline)
+		cmd.Dir, cmd.Env = dir, environ
+		out, err := cmd.CombinedOutput()
+		ccancel()
+		if err != nil {
+			t.Errorf("%s\n  ran: %s\n  %v\n%s", c, cmdline, err, out)
+			continue
+		}
+		ran++
+	}
+	t.Logf("%d documented commands ran and exited 0", ran)
+}
