@@ -26,14 +26,16 @@ type docCommand struct {
 
 func (c docCommand) String() string { return fmt.Sprintf("%s:%d: %s", c.file, c.line, c.text) }
 
-// shCommands returns every command line in the ```sh blocks of docs/*.md,
-// with `\` continuations joined; comment-only and empty lines are left out.
+// shCommands returns every command line in the ```sh blocks of docs/*.md
+// and README.md, with `\` continuations joined; comment-only and empty
+// lines are left out.
 func shCommands(t *testing.T) []docCommand {
 	t.Helper()
 	files, err := filepath.Glob(filepath.Join(repoRoot(t), "docs", "*.md"))
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no docs/*.md: %v", err)
 	}
+	files = append(files, filepath.Join(repoRoot(t), "README.md"))
 	var cmds []docCommand
 	for _, f := range files {
 		fh, err := os.Open(f)
@@ -83,7 +85,7 @@ func shCommands(t *testing.T) []docCommand {
 var notRunHere = []struct{ prefix, why string }{
 	{"helm ", "changes or reads a Helm release with the helm CLI, which the tests do not build; install, upgrade and rollback run through the Helm SDK in tests/e2e and `make demo`, the install here"},
 	{"helmfile ", "helmfile CLI (not built by the tests); the example file is checked by TestHelmfileExample"},
-	{"make ", "starts or stops `make cluster`; this test runs its own control plane"},
+	{"make ", "a make target: `make test` runs this test, `make demo` is the demo, `make cluster`/`cluster-down` start and stop the local cluster (this test runs its own control plane)"},
 	{"export ", "this test sets KUBECONFIG and PATH itself"},
 	{"H3=", "builds a CLI from the Go module proxy (minutes)"},
 	{"GOBIN=", "builds a CLI from the Go module proxy (minutes)"},
@@ -141,7 +143,7 @@ func TestCommandExtraction(t *testing.T) {
 	if ran < 40 {
 		t.Errorf("only %d runnable commands found in docs/*.md", ran)
 	}
-	for _, f := range []string{"driver-upgrade.md", "self-healing.md", "observability.md", "troubleshooting.md", "installation.md"} {
+	for _, f := range []string{"driver-upgrade.md", "self-healing.md", "observability.md", "troubleshooting.md", "installation.md", "README.md"} {
 		if perFile[f] == 0 {
 			t.Errorf("no runnable command in docs/%s", f)
 		}
@@ -207,6 +209,7 @@ func kubectlDir(t *testing.T) string {
 }
 
 // TestDocCommandsRun runs every documented kubectl and npu-hooks command
+// (docs/*.md, then README.md)
 // verbatim (N and <node> become npu-1) with bash, in doc order, against
 // the installed chart; each must exit 0.
 func TestDocCommandsRun(t *testing.T) {

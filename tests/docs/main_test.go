@@ -1,4 +1,4 @@
-// Package docs_test keeps docs/ honest: every example values file and the
+// Package docs_test keeps docs/ and README.md honest: every example values file and the
 // values inside the helmfile, Flux and Argo CD examples pass the chart's
 // strict schema, the deployer files point at the chart and values that
 // exist, and every kubectl / npu-hooks command line of the docs' ```sh
