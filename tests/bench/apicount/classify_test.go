@@ -1,7 +1,6 @@
 package apicount
 
 import (
-	"net/http"
 	"net/url"
 	"testing"
 )
@@ -38,9 +37,10 @@ func TestClassify(t *testing.T) {
 
 func TestCounterSnapshotResets(t *testing.T) {
 	c := NewCounter()
-	c.add(Key{"patch", "nodes"}, http.StatusOK)
-	c.add(Key{"patch", "nodes"}, http.StatusConflict)
-	c.add(Key{"list", "nodes"}, http.StatusOK)
+	c.add(Key{"patch", "nodes"})
+	c.add(Key{"patch", "nodes"})
+	c.conflict(Key{"patch", "nodes"})
+	c.add(Key{"list", "nodes"})
 	got := c.Snapshot()
 	if len(got) != 2 || got[0].Verb != "list" || got[1].N != 2 || got[1].Conflict != 1 || !got[1].Write() || got[0].Write() {
 		t.Fatalf("snapshot = %+v", got)

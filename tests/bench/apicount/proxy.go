@@ -33,18 +33,28 @@ type Counter struct {
 // NewCounter returns an empty Counter.
 func NewCounter() *Counter { return &Counter{counts: map[Key]*Count{}} }
 
-func (c *Counter) add(k Key, status int) {
+// add counts a request as it arrives: a watch ends only when its client
+// goes away, after the measured process has exited.
+func (c *Counter) add(k Key) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.entry(k).N++
+}
+
+// conflict counts a 409 answer to a request already counted.
+func (c *Counter) conflict(k Key) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.entry(k).Conflict++
+}
+
+func (c *Counter) entry(k Key) *Count {
 	n := c.counts[k]
 	if n == nil {
 		n = &Count{Key: k}
 		c.counts[k] = n
 	}
-	n.N++
-	if status == http.StatusConflict {
-		n.Conflict++
-	}
+	return n
 }
 
 // Snapshot returns the counts so far, sorted by verb then resource, and
@@ -100,9 +110,13 @@ func Start(upstream *rest.Config) (*Proxy, error) {
 		FlushInterval: -1,
 	}
 	p.srv = &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		k := Classify(r.Method, r.URL)
+		p.Counter.add(k)
 		rec := &statusRecorder{ResponseWriter: w, status: http.StatusOK}
 		rp.ServeHTTP(rec, r)
-		p.Counter.add(Classify(r.Method, r.URL), rec.status)
+		if rec.status == http.StatusConflict {
+			p.Counter.conflict(k)
+		}
 	}), ReadHeaderTimeout: 0}
 	go func() { _ = p.srv.Serve(ln) }()
 	return p, nil

@@ -20,12 +20,12 @@ import (
 // manager's grace period (50 s) the node lifecycle controller takes every
 // KWOK node for dead and marks its pods NotReady, which would stall any
 // rollout longer than that. The simulator renews a Lease per node in
-// kube-node-lease, as kubelets do (they renew every 10 s; 25 s is enough
+// kube-node-lease, as kubelets do (they renew every 10 s; 20 s is enough
 // and costs the API server less).
 const (
 	leaseNamespace = corev1.NamespaceNodeLease
 	leaseDuration  = 40
-	renewEvery     = 25 * time.Second
+	renewEvery     = 20 * time.Second
 	renewTick      = 100 * time.Millisecond
 )
 
@@ -42,10 +42,9 @@ func (s *Sim) heartbeats(ctx context.Context) {
 			due = make([][]*corev1.Node, buckets)
 			nodes, _ := s.nodes.List(labels.Everything())
 			for _, n := range nodes {
+				// A node keeps its bucket from period to period, so the
+				// gap between two renewals is one period.
 				b := bucket(n.Name, buckets)
-				if tick == 0 {
-					b = 0 // the first round renews every node at once
-				}
 				due[b] = append(due[b], n)
 			}
 		}

@@ -26,6 +26,9 @@ type Spec struct {
 	Timing      fleet.Timing
 	// Timeout bounds the rollout process.
 	Timeout time.Duration
+	// ExtraArgs are appended to the chart's rollout arguments (to try a
+	// setting before changing a default).
+	ExtraArgs []string
 }
 
 // Run upgrades the whole fleet to the next driver version the way `helm
@@ -63,7 +66,7 @@ func (b *Bed) Run(ctx context.Context, spec Spec) (report.Scenario, error) {
 	b.proxy.Counter.Snapshot()
 	simBefore := b.sim.Stats()
 	logPath := filepath.Join(b.cfg.Dir, fmt.Sprintf("rollout-n%d-p%s-t%s.log", n, strings.TrimSuffix(spec.Parallelism.Label, "%"), spec.Timing.Total()))
-	wall, usage, err := b.rollout(ctx, args, logPath, spec.Timeout)
+	wall, usage, err := b.rollout(ctx, append(args, spec.ExtraArgs...), logPath, spec.Timeout)
 	if err != nil {
 		return out, err
 	}

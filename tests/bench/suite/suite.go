@@ -75,7 +75,9 @@ func PlanFor(mode string) (Plan, error) {
 
 // Config runs a Plan.
 type Config struct {
-	Plan   Plan
+	Plan Plan
+	// RolloutArgs are added to every rollout's arguments.
+	RolloutArgs []string
 	OutDir string
 	Log    *logrus.Logger
 }
@@ -143,6 +145,7 @@ func runFleet(ctx context.Context, cfg Config, f Fleet, agents bool, r *report.R
 	for _, spec := range f.Specs {
 		slog := log.WithFields(logrus.Fields{"parallelism": spec.Parallelism.Label, "perNode": spec.Timing.Total()})
 		slog.Info("rollout")
+		spec.ExtraArgs = cfg.RolloutArgs
 		s, err := bed.Run(ctx, spec)
 		if err != nil {
 			return out, fmt.Errorf("scenario N=%d parallelism %s per-node %s: %w", f.Nodes, spec.Parallelism.Label, spec.Timing.Total(), err)

@@ -21,6 +21,8 @@ import (
 func main() {
 	mode := flag.String("mode", envOr("BENCH", "full"), "quick (N = 100, for CI) or full (N = 100, 1,000, 5,000)")
 	out := flag.String("out", ".cache/bench", "directory for results.md, results.json and logs")
+	var extra stringList
+	flag.Var(&extra, "rollout-arg", "extra argument of every `npu-hooks rollout` (repeatable), to try a setting before changing its default")
 	flag.Parse()
 	log := logrus.New()
 	log.SetOutput(os.Stderr)
@@ -31,7 +33,7 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	r, err := suite.Run(ctx, suite.Config{Plan: plan, OutDir: *out, Log: log})
+	r, err := suite.Run(ctx, suite.Config{Plan: plan, OutDir: *out, Log: log, RolloutArgs: extra})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "npu-bench: broken function:", err)
 		os.Exit(1)
@@ -45,4 +47,13 @@ func envOr(key, def string) string {
 		return v
 	}
 	return def
+}
+
+type stringList []string
+
+func (l *stringList) String() string { return fmt.Sprint(*l) }
+
+func (l *stringList) Set(v string) error {
+	*l = append(*l, v)
+	return nil
 }
