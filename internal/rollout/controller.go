@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sirupsen/logrus"
@@ -180,10 +181,8 @@ func (c *Controller) Run(ctx context.Context) (Decision, error) {
 			lastMissing = m
 		}
 		requeue := d.Requeue
-		for _, a := range d.Actions {
-			if !c.apply(ctx, a) {
-				requeue = minPositive(requeue, errorBackoff)
-			}
+		if !c.applyAll(ctx, d.Actions) {
+			requeue = minPositive(requeue, errorBackoff)
 		}
 		if d.Outcome != Running && len(d.Actions) == 0 && c.idle() {
 			return d, nil
@@ -203,6 +202,43 @@ func (c *Controller) idle() bool {
 }
 
 func (c *Controller) waitIdle() { c.evicts.Wait() }
+
+// applyParallel bounds the actions of one decision in flight at once.
+const applyParallel = 16
+
+// applyAll carries out the actions of one decision, several nodes at
+// once: each action is conditional on its node's resourceVersion, so the
+// order across nodes does not matter, while one write at a time would
+// bound a large rollout by the API server's round-trip time. A node's own
+// actions keep their order. False means some failed (see apply).
+func (c *Controller) applyAll(ctx context.Context, acts []Action) bool {
+	var order []string
+	byNode := map[string][]Action{}
+	for _, a := range acts {
+		if _, seen := byNode[a.Node]; !seen {
+			order = append(order, a.Node)
+		}
+		byNode[a.Node] = append(byNode[a.Node], a)
+	}
+	var failed atomic.Bool
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, applyParallel)
+	for _, node := range order {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func(acts []Action) {
+			defer wg.Done()
+			defer func() { <-sem }()
+			for _, a := range acts {
+				if !c.apply(ctx, a) {
+					failed.Store(true)
+				}
+			}
+		}(byNode[node])
+	}
+	wg.Wait()
+	return !failed.Load()
+}
 
 // apply carries out a; false means it failed for a reason other than a
 // stale view, and the decision should be retried after a pause.
