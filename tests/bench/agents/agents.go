@@ -151,9 +151,15 @@ func Measure(ctx context.Context, cfg Config) ([]report.Agent, *report.Wedge, er
 		return nil, nil, err
 	}
 	rbAgent.Busy, rbAgent.BusyWindow, rbAgent.BusyCPU = "one upgrade reboot, request to completion", report.S(time.Since(busyStart)), report.S(r2.CPU-r1.CPU)
-	rbAgent.PeakMB = procstat.MiB(r2.PeakRSS)
+	rbAgent.PeakMB, rbAgent.AnonMB = procstat.MiB(r2.PeakRSS), procstat.MiB(r2.AnonRSS)
 	hwAgent.Busy, hwAgent.BusyWindow, hwAgent.BusyCPU = "fresh boot to driver-ready=true (new process)", report.S(time.Since(hwBoot)), report.S(h2.CPU)
-	hwAgent.PeakMB = max(procstat.MiB(hwAfter.PeakRSS), procstat.MiB(h2.PeakRSS))
+	hwAgent.PeakMB, hwAgent.AnonMB = max(procstat.MiB(hwAfter.PeakRSS), procstat.MiB(h2.PeakRSS)), procstat.MiB(h2.AnonRSS)
+	if rbAgent.BaselineMB, err = helpRSS(ctx, cfg.Env.ProductBinDir, "npu-rebooter"); err != nil {
+		return nil, nil, err
+	}
+	if hwAgent.BaselineMB, err = helpRSS(ctx, cfg.Env.ProductBinDir, "npu-healthwatch"); err != nil {
+		return nil, nil, err
+	}
 
 	wedge, err := m.wedge(ctx, hw)
 	if err != nil {
@@ -406,4 +412,14 @@ func waitLine(ctx context.Context, p *proc, substr string) (time.Time, error) {
 			}
 		}
 	}
+}
+
+// helpRSS is the peak RSS of `bin --help`: the cost of loading the
+// executable and its package initialisers, before any work.
+func helpRSS(ctx context.Context, dir, bin string) (float64, error) {
+	cmd := exec.CommandContext(ctx, filepath.Join(dir, bin), "--help")
+	if err := cmd.Run(); err != nil {
+		return 0, fmt.Errorf("%s --help: %w", bin, err)
+	}
+	return procstat.MiB(procstat.FromProcessState(cmd.ProcessState).PeakRSS), nil
 }

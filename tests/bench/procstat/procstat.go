@@ -19,8 +19,10 @@ type Usage struct {
 	CPU time.Duration
 	// PeakRSS is the high-water mark of the resident set (VmHWM).
 	PeakRSS int64
-	// RSS is the resident set now (0 for an exited process).
-	RSS int64
+	// RSS is the resident set now (0 for an exited process); AnonRSS is
+	// its anonymous part (heap, stacks), the rest being pages of the
+	// executable and other files, which the kernel can drop and share.
+	RSS, AnonRSS int64
 }
 
 // clockTicks is USER_HZ, the unit of /proc/<pid>/stat times. It is 100 on
@@ -41,11 +43,11 @@ func Read(pid int) (Usage, error) {
 	if err != nil {
 		return Usage{}, fmt.Errorf("read status of process %d: %w", pid, err)
 	}
-	hwm, rss, err := ParseStatus(status)
+	hwm, rss, anon, err := ParseStatus(status)
 	if err != nil {
 		return Usage{}, fmt.Errorf("process %d: %w", pid, err)
 	}
-	return Usage{CPU: cpu, PeakRSS: hwm, RSS: rss}, nil
+	return Usage{CPU: cpu, PeakRSS: hwm, RSS: rss, AnonRSS: anon}, nil
 }
 
 // FromProcessState is the usage of an exited child, from wait4's rusage:
@@ -79,34 +81,33 @@ func ParseStat(b []byte) (time.Duration, error) {
 	return time.Duration(ut+st) * time.Second / clockTicks, nil
 }
 
-// ParseStatus returns VmHWM and VmRSS in bytes from /proc/<pid>/status.
-func ParseStatus(b []byte) (hwm, rss int64, err error) {
+// ParseStatus returns VmHWM, VmRSS and RssAnon in bytes from
+// /proc/<pid>/status.
+func ParseStatus(b []byte) (hwm, rss, anon int64, err error) {
+	want := map[string]*int64{"VmHWM": &hwm, "VmRSS": &rss, "RssAnon": &anon}
 	found := 0
 	sc := bufio.NewScanner(bytes.NewReader(b))
 	for sc.Scan() {
 		key, val, ok := strings.Cut(sc.Text(), ":")
-		if !ok || key != "VmHWM" && key != "VmRSS" {
+		dst := want[key]
+		if !ok || dst == nil {
 			continue
 		}
 		f := strings.Fields(val)
 		if len(f) != 2 || f[1] != "kB" {
-			return 0, 0, fmt.Errorf("malformed %s line %q", key, sc.Text())
+			return 0, 0, 0, fmt.Errorf("malformed %s line %q", key, sc.Text())
 		}
 		kb, perr := strconv.ParseInt(f[0], 10, 64)
 		if perr != nil {
-			return 0, 0, fmt.Errorf("malformed %s line %q: %w", key, sc.Text(), perr)
+			return 0, 0, 0, fmt.Errorf("malformed %s line %q: %w", key, sc.Text(), perr)
 		}
-		if key == "VmHWM" {
-			hwm = kb * 1024
-		} else {
-			rss = kb * 1024
-		}
+		*dst = kb * 1024
 		found++
 	}
-	if found != 2 {
-		return 0, 0, fmt.Errorf("VmHWM or VmRSS missing from /proc status")
+	if found != len(want) {
+		return 0, 0, 0, fmt.Errorf("VmHWM, VmRSS or RssAnon missing from /proc status")
 	}
-	return hwm, rss, nil
+	return hwm, rss, anon, nil
 }
 
 // MiB formats bytes as mebibytes.

@@ -21,11 +21,11 @@ func TestParseStat(t *testing.T) {
 }
 
 func TestParseStatus(t *testing.T) {
-	hwm, rss, err := ParseStatus([]byte("Name:\tx\nVmHWM:\t  2048 kB\nVmRSS:\t  1024 kB\n"))
-	if err != nil || hwm != 2<<20 || rss != 1<<20 {
-		t.Fatalf("hwm %d rss %d err %v", hwm, rss, err)
+	hwm, rss, anon, err := ParseStatus([]byte("Name:\tx\nVmHWM:\t  2048 kB\nVmRSS:\t  1024 kB\nRssAnon:\t 512 kB\n"))
+	if err != nil || hwm != 2<<20 || rss != 1<<20 || anon != 512<<10 {
+		t.Fatalf("hwm %d rss %d anon %d err %v", hwm, rss, anon, err)
 	}
-	if _, _, err := ParseStatus([]byte("Name:\tx\n")); err == nil {
+	if _, _, _, err := ParseStatus([]byte("Name:\tx\n")); err == nil {
 		t.Fatal("missing fields accepted")
 	}
 }
@@ -35,7 +35,7 @@ func TestReadSelf(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if u.PeakRSS <= 0 || u.RSS <= 0 || u.PeakRSS < u.RSS {
+	if u.PeakRSS <= 0 || u.RSS <= 0 || u.PeakRSS < u.RSS || u.AnonRSS <= 0 || u.AnonRSS > u.RSS {
 		t.Fatalf("usage of this process = %+v", u)
 	}
 }

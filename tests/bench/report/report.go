@@ -105,13 +105,19 @@ func (s Scenario) Watches() int { return s.total(func(c Count) bool { return c.V
 type Agent struct {
 	Name string `json:"name"`
 	// Idle: over IdleWindow with nothing to do.
-	IdleWindow  Seconds `json:"idleWindowSeconds"`
-	IdleCPU     Seconds `json:"idleCPUSeconds"`
-	IdlePeakMB  float64 `json:"idlePeakRSSMiB"`
-	Busy        string  `json:"busy"` // what the busy phase was
-	BusyWindow  Seconds `json:"busyWindowSeconds"`
-	BusyCPU     Seconds `json:"busyCPUSeconds"`
-	PeakMB      float64 `json:"peakRSSMiB"`
+	IdleWindow Seconds `json:"idleWindowSeconds"`
+	IdleCPU    Seconds `json:"idleCPUSeconds"`
+	IdlePeakMB float64 `json:"idlePeakRSSMiB"`
+	Busy       string  `json:"busy"` // what the busy phase was
+	BusyWindow Seconds `json:"busyWindowSeconds"`
+	BusyCPU    Seconds `json:"busyCPUSeconds"`
+	PeakMB     float64 `json:"peakRSSMiB"`
+	// AnonMB is the anonymous part of the resident set at the end (heap
+	// and stacks; the rest are pages of the executable).
+	AnonMB float64 `json:"anonRSSMiBAtEnd"`
+	// BaselineMB is the peak RSS of `<binary> --help`: what loading the
+	// executable costs before any work.
+	BaselineMB  float64 `json:"helpPeakRSSMiB"`
 	StartupCPU  Seconds `json:"startupCPUSeconds"`
 	ProbePeriod Seconds `json:"probeIntervalSeconds,omitempty"`
 }
@@ -224,10 +230,10 @@ func Markdown(r Report) string {
 	}
 	if len(r.Agents) > 0 {
 		b.WriteString("\nNode agents (one real process each, on a simulated host):\n\n")
-		b.WriteString("| agent | idle CPU | busy phase | busy CPU | peak RSS |\n|---|---:|---|---:|---:|\n")
+		b.WriteString("| agent | idle CPU | busy phase | busy CPU | peak RSS | anonymous RSS at end | `--help` peak RSS |\n|---|---:|---|---:|---:|---:|---:|\n")
 		for _, a := range r.Agents {
-			fmt.Fprintf(&b, "| %s | %.2f%% of a core (%s over %s) | %s | %s over %s | %.1f MiB |\n",
-				a.Name, a.IdleCPUPercent(), fmtSec(a.IdleCPU), fmtSec(a.IdleWindow), a.Busy, fmtSec(a.BusyCPU), fmtSec(a.BusyWindow), a.PeakMB)
+			fmt.Fprintf(&b, "| %s | %.2f%% of a core (%s over %s) | %s | %s over %s | %.1f MiB | %.1f MiB | %.1f MiB |\n",
+				a.Name, a.IdleCPUPercent(), fmtSec(a.IdleCPU), fmtSec(a.IdleWindow), a.Busy, fmtSec(a.BusyCPU), fmtSec(a.BusyWindow), a.PeakMB, a.AnonMB, a.BaselineMB)
 		}
 	}
 	if r.Wedge != nil {

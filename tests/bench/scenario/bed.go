@@ -10,7 +10,7 @@ import (
 	"context"
 	"fmt"
 	"math"
-		"path/filepath"
+	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -293,4 +293,3 @@ func PhysicalLimit(n, effective int, perNode time.Duration) time.Duration {
 	waves := (n + effective - 1) / effective
 	return time.Duration(waves) * perNode
 }
-

@@ -78,8 +78,8 @@ type Config struct {
 	Plan Plan
 	// RolloutArgs are added to every rollout's arguments.
 	RolloutArgs []string
-	OutDir string
-	Log    *logrus.Logger
+	OutDir      string
+	Log         *logrus.Logger
 }
 
 // Run runs the plan and writes results.md and results.json to OutDir. It
