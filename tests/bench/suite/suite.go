@@ -63,10 +63,11 @@ func PlanFor(mode string) (Plan, error) {
 			Fleets: []Fleet{
 				{Nodes: 100, Specs: []scenario.Spec{spec(one, zero), spec(tenPct, zero), spec(unlimited, zero), spec(tenPct, Realistic), spec(unlimited, Realistic)}},
 				{Nodes: 1000, Specs: []scenario.Spec{spec(tenPct, zero), spec(unlimited, zero), spec(tenPct, Realistic), spec(unlimited, Realistic)}},
-				{Nodes: 5000, Specs: []scenario.Spec{spec(tenPct, zero), spec(unlimited, zero), spec(tenPct, Realistic), spec(unlimited, Realistic)}},
+				{Nodes: 5000, Specs: []scenario.Spec{spec(unlimited, zero), spec(tenPct, Realistic)}},
 			},
 			Notes: []string{
 				"Parallelism 1 runs only at N = 100 with per-node time 0: with the realistic time its physical limit alone is N × 20 s (33 min at N = 100, 5.6 h at N = 1,000); its per-node overhead is what the N = 100 row shows.",
+				"N = 5,000 runs two scenarios (pure overhead with unlimited parallelism, realistic time at 10%): each 5,000-node rollout replaces 15,000 pods and takes the 2-core machine several minutes.",
 			},
 		}, nil
 	}
