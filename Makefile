@@ -10,7 +10,7 @@ export NPU_STACK_CP_DIR := $(CP_DIR)
 # sequential on small machines.
 TEST_FLAGS ?= -count=1 -p 1 -timeout 30m
 
-.PHONY: all build test unit fuzz bench lint controlplane cluster cluster-down clean help
+.PHONY: all build test unit fuzz bench lint controlplane demo cluster cluster-down clean help
 
 all: build
 
@@ -19,6 +19,9 @@ help: ## list the targets
 
 build: ## build the three binaries into bin/
 	$(GO) build -trimpath -ldflags "$(LDFLAGS)" -o bin/ $(addprefix ./cmd/,$(BINARIES))
+
+demo: controlplane ## the main job: install, manual upgrade, chip self-healing and rollback on a local cluster (DEMO_NODES, default 6)
+	$(GO) run ./tests/cmd/npu-demo
 
 controlplane: ## build etcd, kube-apiserver, controller-manager, scheduler, kubectl, kwok once into .cache/
 	bash ci/build-controlplane.sh

@@ -82,8 +82,8 @@ type TargetPod struct {
 	// Started is when the pod's containers last started (zero while
 	// none runs, e.g. held by the driver gate in its init container).
 	Started     time.Time
-	Ready                bool
-	Terminating          bool
+	Ready       bool
+	Terminating bool
 }
 
 // OutOfDate is true when the node's profile wants a driver other than the

@@ -20,7 +20,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/tools/cache"
 
 	"github.com/openfuyao/npu-stack/internal/contract"
 	"github.com/openfuyao/npu-stack/tests/testbed"
@@ -139,25 +138,6 @@ func (s *stack) names() []string {
 		out = append(out, n.Name())
 	}
 	return out
-}
-
-// waitNodes waits until cond holds for every node of the stack.
-func (s *stack) waitNodes(ctx context.Context, what string, cond func(*corev1.Node) bool) {
-	s.t.Helper()
-	var not []string
-	lw := cache.NewFilteredListWatchFromClient(env.Client.CoreV1().RESTClient(), "nodes", "", func(o *metav1.ListOptions) { o.LabelSelector = s.selector() })
-	err := testbed.WaitFor(ctx, lw, &corev1.Node{}, func(nodes []*corev1.Node) (bool, error) {
-		not = not[:0]
-		for _, n := range nodes {
-			if !cond(n) {
-				not = append(not, n.Name)
-			}
-		}
-		return len(nodes) == len(s.nodes) && len(not) == 0, nil
-	})
-	if err != nil {
-		s.t.Fatalf("%s: %v (not yet: %v)", what, err, not)
-	}
 }
 
 // check asserts the state after a finished rollout to version: every node
