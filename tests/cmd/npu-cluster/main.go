@@ -14,6 +14,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/openfuyao/npu-stack/internal/contract"
 	"github.com/openfuyao/npu-stack/internal/host/simhost"
 	"github.com/openfuyao/npu-stack/tests/testbed"
 )
@@ -62,6 +63,12 @@ func newUp(stateDir *string) *cobra.Command {
 			}()
 			spec := testbed.NodeSpec{Chip: chip}
 			if _, err := env.AddProcessNodes(startCtx, procNodes, spec); err != nil {
+				return err
+			}
+			// A CPU node for the hook Jobs, which the chart steers away
+			// from NPU nodes (one of them may be rebooting).
+			cpu := testbed.NodeSpec{Prefix: "cpu", Labels: map[string]string{contract.LabelNPUPresent: "false"}}
+			if _, err := env.AddProcessNodes(startCtx, 1, cpu); err != nil {
 				return err
 			}
 			if _, err := env.AddNPUNodes(startCtx, kwokNodes, testbed.NodeSpec{Prefix: "kwok-npu", Chip: chip}); err != nil {
