@@ -11,7 +11,9 @@ import (
 	"github.com/openfuyao/npu-stack/internal/rollout"
 )
 
-// NewPlan is `npu-hooks plan`.
+// NewPlan is `npu-hooks plan`. Policy and selector flags default to what
+// the chart gave the rollout Job in --namespace, so the plan is the one
+// the next rollout will follow.
 func NewPlan(g *cli.GlobalOptions) *cobra.Command {
 	var cf clusterFlags
 	var pf policyFlags
@@ -29,7 +31,7 @@ func NewPlan(g *cli.GlobalOptions) *cobra.Command {
 			if err != nil {
 				return cli.Terminal(err)
 			}
-			c, pol, err := readOnly(cmd.Context(), &cf, &pf, log)
+			c, pol, err := readOnly(cmd.Context(), cmd.Flags(), &cf, &pf, log)
 			if err != nil {
 				return err
 			}

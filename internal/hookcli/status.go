@@ -11,6 +11,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/openfuyao/npu-stack/internal/cli"
 	"github.com/openfuyao/npu-stack/internal/rollout"
@@ -35,7 +36,22 @@ func parseOutput(s string) (outputFormat, error) {
 }
 
 // readOnly builds a controller that never acts, for status and plan.
-func readOnly(ctx context.Context, f *clusterFlags, pf *policyFlags, log logrus.FieldLogger) (*rollout.Controller, rollout.Policy, error) {
+func readOnly(ctx context.Context, fs *pflag.FlagSet, f *clusterFlags, pf *policyFlags, log logrus.FieldLogger) (*rollout.Controller, rollout.Policy, error) {
+	client, _, err := f.client.Client()
+	if err != nil {
+		return nil, rollout.Policy{}, err
+	}
+	// Flags the user did not set come from the chart's rollout Job.
+	args, from, err := chartRolloutArgs(ctx, client, f.namespace)
+	if err != nil {
+		return nil, rollout.Policy{}, err
+	}
+	if args != nil {
+		if err := adopt(fs, args); err != nil {
+			return nil, rollout.Policy{}, err
+		}
+		log.WithField("from", from).Debug("using the rollout's policy")
+	}
 	cl, err := f.parse()
 	if err != nil {
 		return nil, rollout.Policy{}, cli.Terminal(err)
@@ -44,10 +60,6 @@ func readOnly(ctx context.Context, f *clusterFlags, pf *policyFlags, log logrus.
 	if err != nil {
 		return nil, rollout.Policy{}, cli.Terminal(err)
 	}
-	client, _, err := f.client.Client()
-	if err != nil {
-		return nil, pol, err
-	}
 	c := rollout.NewController(rollout.Config{
 		Client: client, Log: log, Keys: cl.keys, Namespace: f.namespace,
 		NodeSelector: cl.nodeSelector, DriverSelector: cl.driverSelector, Targets: targets, Policy: pol,
@@ -55,7 +67,8 @@ func readOnly(ctx context.Context, f *clusterFlags, pf *policyFlags, log logrus.
 	return c, pol, c.Start(ctx)
 }
 
-// NewStatus is `npu-hooks status`.
+// NewStatus is `npu-hooks status`. Policy and selector flags default to
+// what the chart gave the rollout Job in --namespace.
 func NewStatus(g *cli.GlobalOptions) *cobra.Command {
 	var cf clusterFlags
 	var pf policyFlags
@@ -75,7 +88,7 @@ func NewStatus(g *cli.GlobalOptions) *cobra.Command {
 				return cli.Terminal(err)
 			}
 			ctx := cmd.Context()
-			c, _, err := readOnly(ctx, &cf, &pf, log)
+			c, _, err := readOnly(ctx, cmd.Flags(), &cf, &pf, log)
 			if err != nil {
 				return err
 			}

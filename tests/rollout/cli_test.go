@@ -3,11 +3,13 @@ package rollout_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -120,6 +122,51 @@ func TestPlanAndStatusChangeNothing(t *testing.T) {
 		if a.Labels[keys.UpgradeState()] != "" || a.Spec.Unschedulable != b.Spec.Unschedulable {
 			t.Errorf("%s changed by plan/status: state %q unschedulable %t", a.Name, a.Labels[keys.UpgradeState()], a.Spec.Unschedulable)
 		}
+	}
+}
+
+// TestPlanUsesTheChartsPolicy: without policy flags, plan and status read
+// them from the chart's rollout Job, so they tell the plan the rollout
+// will really follow.
+func TestPlanUsesTheChartsPolicy(t *testing.T) {
+	ctx := ctxTimeout(t, 2*time.Minute)
+	ns, names, sel := kwokFleet(ctx, t, 4)
+	if _, err := env.Client.CoreV1().Nodes().Patch(ctx, names[2], types.MergePatchType, []byte(`{"metadata":{"labels":{"canary":"yes"}}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	job := &batchv1.Job{
+		ObjectMeta: metav1.ObjectMeta{Name: "npu-stack-rollout", Namespace: ns, Labels: map[string]string{"app.kubernetes.io/component": "rollout"}},
+		Spec: batchv1.JobSpec{Suspend: ptr.To(true), Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever,
+			Containers: []corev1.Container{{Name: "rollout", Image: "npu-hooks", Args: []string{"rollout", "--namespace=" + ns,
+				"--npu-node-selector=" + sel, "--driver-selector=app=npu-driver-daemonset", "--max-parallel-upgrades=3",
+				"--max-unavailable=100%", "--canary-selector=canary=yes", "--reroll=" + ns + "/missing-plugin"}}}}}},
+	}
+	if _, err := env.Client.BatchV1().Jobs(ns).Create(ctx, job, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	r := hooks(ctx, t, "plan", "--namespace="+ns, "-o", "json")
+	if r.code != 0 {
+		t.Fatalf("plan: %s", r)
+	}
+	var plan []rollout.PlanEntry
+	if err := json.Unmarshal([]byte(r.stdout), &plan); err != nil {
+		t.Fatalf("plan -o json: %v\n%s", err, r.stdout)
+	}
+	var got []string
+	for _, e := range plan {
+		got = append(got, fmt.Sprintf("%s@%d", e.Node, e.Wave))
+	}
+	want := []string{names[2] + "@1", names[0] + "@2", names[1] + "@2", names[3] + "@2"}
+	if strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Fatalf("plan with the chart's policy (canary first, 3 at once, only this fleet): %v, want %v", got, want)
+	}
+	// A flag given by hand still wins.
+	r = hooks(ctx, t, "plan", "--namespace="+ns, "-o", "json", "--max-parallel-upgrades=1")
+	if err := json.Unmarshal([]byte(r.stdout), &plan); err != nil || r.code != 0 {
+		t.Fatalf("plan: %v %s", err, r)
+	}
+	if plan[len(plan)-1].Wave != 4 {
+		t.Fatalf("with --max-parallel-upgrades=1 the last node is in wave 4: %+v", plan)
 	}
 }
 
