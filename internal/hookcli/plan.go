@@ -23,15 +23,7 @@ func NewPlan(g *cli.GlobalOptions) *cobra.Command {
 		Short: "Print, without changing anything, which nodes the rollout takes in which order, and why others are skipped",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			format, err := parseOutput(output)
-			if err != nil {
-				return cli.Terminal(err)
-			}
-			log, err := g.Logger(cmd.ErrOrStderr())
-			if err != nil {
-				return cli.Terminal(err)
-			}
-			c, pol, err := readOnly(cmd.Context(), cmd.Flags(), &cf, &pf, log)
+			format, c, pol, err := readOnlyCommand(cmd, g, output, &cf, &pf)
 			if err != nil {
 				return err
 			}

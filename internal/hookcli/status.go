@@ -67,6 +67,21 @@ func readOnly(ctx context.Context, fs *pflag.FlagSet, f *clusterFlags, pf *polic
 	return c, pol, c.Start(ctx)
 }
 
+// readOnlyCommand is the shared start of status and plan: output format,
+// logger, and a started read-only controller.
+func readOnlyCommand(cmd *cobra.Command, g *cli.GlobalOptions, output string, cf *clusterFlags, pf *policyFlags) (outputFormat, *rollout.Controller, rollout.Policy, error) {
+	format, err := parseOutput(output)
+	if err != nil {
+		return "", nil, rollout.Policy{}, cli.Terminal(err)
+	}
+	log, err := g.Logger(cmd.ErrOrStderr())
+	if err != nil {
+		return "", nil, rollout.Policy{}, cli.Terminal(err)
+	}
+	c, pol, err := readOnly(cmd.Context(), cmd.Flags(), cf, pf, log)
+	return format, c, pol, err
+}
+
 // NewStatus is `npu-hooks status`. Policy and selector flags default to
 // what the chart gave the rollout Job in --namespace.
 func NewStatus(g *cli.GlobalOptions) *cobra.Command {
@@ -79,16 +94,8 @@ func NewStatus(g *cli.GlobalOptions) *cobra.Command {
 		Short: "Show every NPU node's upgrade state, loaded and desired driver, reboot and readiness",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			format, err := parseOutput(output)
-			if err != nil {
-				return cli.Terminal(err)
-			}
-			log, err := g.Logger(cmd.ErrOrStderr())
-			if err != nil {
-				return cli.Terminal(err)
-			}
 			ctx := cmd.Context()
-			c, _, err := readOnly(ctx, cmd.Flags(), &cf, &pf, log)
+			format, c, _, err := readOnlyCommand(cmd, g, output, &cf, &pf)
 			if err != nil {
 				return err
 			}

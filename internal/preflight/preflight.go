@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/openfuyao/npu-stack/internal/contract"
+	"github.com/openfuyao/npu-stack/internal/kube"
 	"github.com/openfuyao/npu-stack/internal/rollout"
 )
 
@@ -140,7 +141,7 @@ func budgetAndWorkloads(ctx context.Context, in Input, r *Result) []Problem {
 		// A node the rollout itself has cordoned is in flight and frees
 		// its share of the budget when done: not a reason to get stuck.
 		st, _ := contract.ParseUpgradeState(n.Labels[in.Keys.UpgradeState()])
-		down := (n.Spec.Unschedulable || !ready(n)) && !st.InProgress()
+		down := (n.Spec.Unschedulable || !kube.NodeReady(n)) && !st.InProgress()
 		if down {
 			unavailable = append(unavailable, n.Name)
 		}
@@ -171,13 +172,4 @@ func budgetAndWorkloads(ctx context.Context, in Input, r *Result) []Problem {
 			in.MaxUnavailable.String(), budget, len(in.Nodes), len(unavailable), strings.Join(unavailable, ", "))})
 	}
 	return probs
-}
-
-func ready(n *corev1.Node) bool {
-	for _, c := range n.Status.Conditions {
-		if c.Type == corev1.NodeReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
 }

@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/openfuyao/npu-stack/internal/contract"
+	"github.com/openfuyao/npu-stack/internal/kube"
 )
 
 // NPUResourcePrefix marks the extended resources of Ascend NPUs
@@ -74,7 +75,7 @@ func nodeView(node *corev1.Node, pods []*corev1.Pod, drivers []*appsv1.DaemonSet
 		Skip:           l[k.UpgradeSkip()] == contract.True,
 		Canary:         v.Canary != nil && !v.Canary.Empty() && v.Canary.Matches(labels.Set(l)),
 		Unschedulable:  node.Spec.Unschedulable,
-		Ready:          nodeReady(node),
+		Ready:          kube.NodeReady(node),
 		BootID:         node.Status.NodeInfo.BootID,
 		Loaded:         l[k.DriverVersion()],
 		DriverReady:    l[k.DriverReady()] == contract.True,
@@ -182,15 +183,6 @@ func lastStart(p *corev1.Pod) time.Time {
 		}
 	}
 	return t
-}
-
-func nodeReady(n *corev1.Node) bool {
-	for _, c := range n.Status.Conditions {
-		if c.Type == corev1.NodeReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
 }
 
 // podReady returns the Ready condition when it is true.

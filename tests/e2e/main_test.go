@@ -13,7 +13,6 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/exec"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -216,30 +215,10 @@ func (s *stack) checkDevicePluginsFresh(ctx context.Context) {
 }
 
 func (s *stack) dumpLogs() {
-	pods, err := env.Client.CoreV1().Pods(s.ns).List(context.Background(), metav1.ListOptions{})
-	if err != nil {
-		return
-	}
-	for _, p := range pods.Items {
-		node, ok := env.ProcessNode(p.Spec.NodeName)
-		if !ok {
-			continue
-		}
-		for _, c := range append(p.Spec.InitContainers, p.Spec.Containers...) {
-			if l := node.Logs(s.ns, p.Name, c.Name); l != "" {
-				s.t.Logf("--- %s/%s on %s:\n%s", p.Name, c.Name, p.Spec.NodeName, tail(l, 25))
-			}
-		}
-	}
+	s.t.Log(env.PodLogs(context.Background(), s.ns, 25))
 }
 
-func tail(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
-}
+func tail(s string, n int) string { return testbed.Tail(s, n) }
 
 // kubectl runs a shell command line verbatim with the test cluster's
 // kubeconfig and the built kubectl first on PATH.

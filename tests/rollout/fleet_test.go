@@ -192,30 +192,10 @@ func (r *rolloutProc) wait(ctx context.Context, t *testing.T) int {
 }
 
 func (f *fleet) dumpLogs() {
-	pods, err := env.Client.CoreV1().Pods(f.ns).List(context.Background(), metav1.ListOptions{})
-	if err != nil {
-		return
-	}
-	for _, p := range pods.Items {
-		node, ok := env.ProcessNode(p.Spec.NodeName)
-		if !ok {
-			continue
-		}
-		for _, c := range append(p.Spec.InitContainers, p.Spec.Containers...) {
-			if l := node.Logs(f.ns, p.Name, c.Name); l != "" {
-				f.t.Logf("--- %s/%s on %s:\n%s", p.Name, c.Name, p.Spec.NodeName, tail(l, 30))
-			}
-		}
-	}
+	f.t.Log(env.PodLogs(context.Background(), f.ns, 25))
 }
 
-func tail(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
-}
+func tail(s string, n int) string { return testbed.Tail(s, n) }
 
 // invariants watches the fleet's nodes the whole time and records the
 // most nodes unavailable (cordoned or NotReady) at once.

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"helm.sh/helm/v3/pkg/action"
+	"helm.sh/helm/v3/pkg/chart"
 	"helm.sh/helm/v3/pkg/chart/loader"
 	"helm.sh/helm/v3/pkg/chartutil"
 	"helm.sh/helm/v3/pkg/kube"
@@ -48,6 +49,18 @@ func ChartPath() (string, error) {
 		return "", err
 	}
 	return filepath.Join(root, "charts", "npu-stack"), nil
+}
+
+func loadChart() (*chart.Chart, error) {
+	path, err := ChartPath()
+	if err != nil {
+		return nil, err
+	}
+	ch, err := loader.Load(path)
+	if err != nil {
+		return nil, fmt.Errorf("load chart %s: %w", path, err)
+	}
+	return ch, nil
 }
 
 // InstallOptions tune Install, Upgrade and Rollback.
@@ -99,13 +112,9 @@ func (h *Helm) Install(ctx context.Context, releaseName string, vals map[string]
 	if err != nil {
 		return nil, err
 	}
-	path, err := ChartPath()
+	ch, err := loadChart()
 	if err != nil {
 		return nil, err
-	}
-	ch, err := loader.Load(path)
-	if err != nil {
-		return nil, fmt.Errorf("load chart %s: %w", path, err)
 	}
 	inst := action.NewInstall(cfg)
 	inst.ReleaseName, inst.Namespace, inst.CreateNamespace = releaseName, h.Namespace, true
@@ -124,13 +133,9 @@ func (h *Helm) Upgrade(ctx context.Context, releaseName string, vals map[string]
 	if err != nil {
 		return nil, err
 	}
-	path, err := ChartPath()
+	ch, err := loadChart()
 	if err != nil {
 		return nil, err
-	}
-	ch, err := loader.Load(path)
-	if err != nil {
-		return nil, fmt.Errorf("load chart %s: %w", path, err)
 	}
 	up := action.NewUpgrade(cfg)
 	up.Namespace = h.Namespace
@@ -172,13 +177,9 @@ func (h *Helm) Status(releaseName string) (*release.Release, error) {
 // Render renders the chart with vals like `helm template` (hooks
 // included in Hooks), validating vals against the schema.
 func (h *Helm) Render(ctx context.Context, releaseName string, vals map[string]any) (*release.Release, error) {
-	path, err := ChartPath()
+	ch, err := loadChart()
 	if err != nil {
 		return nil, err
-	}
-	ch, err := loader.Load(path)
-	if err != nil {
-		return nil, fmt.Errorf("load chart %s: %w", path, err)
 	}
 	inst := action.NewInstall(&action.Configuration{})
 	inst.DryRun, inst.ClientOnly, inst.Replace = true, true, true
