@@ -95,6 +95,11 @@ func (s Scenario) perNode(pred func(Count) bool) float64 {
 // WritesPerNode are every write request per upgraded node.
 func (s Scenario) WritesPerNode() float64 { return s.perNode(func(c Count) bool { return c.Write }) }
 
+// EventsPerNode are the Event creations per upgraded node.
+func (s Scenario) EventsPerNode() float64 {
+	return s.perNode(func(c Count) bool { return c.Write && c.Resource == "events" })
+}
+
 // Lists are the LIST requests of the whole rollout.
 func (s Scenario) Lists() int { return s.total(func(c Count) bool { return c.Verb == "list" }) }
 
@@ -186,16 +191,16 @@ func Markdown(r Report) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "Measured %s (`BENCH=%s`) on %d cores (%s), %s, Kubernetes %s, %s.\n\n",
 		r.Date, r.Mode, r.Machine.Cores, r.Machine.CPU, r.Machine.GoVersion, r.Machine.Kubernetes, r.Machine.OS)
-	b.WriteString("| nodes | parallelism | per-node time | wall | physical limit | overhead ratio | writes/node | LIST / WATCH | rollout CPU | rollout peak RSS | step p50 / p99 |\n")
+	b.WriteString("| nodes | parallelism | per-node time | wall | physical limit | overhead ratio | writes/node (of which Events) | LIST / WATCH | rollout CPU | rollout peak RSS | step p50 / p99 |\n")
 	b.WriteString("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, s := range r.Scenarios {
 		limit := fmtSec(s.Limit)
 		if s.PerNode == 0 {
 			limit = "0 s (pure overhead)"
 		}
-		fmt.Fprintf(&b, "| %d | %s (%d) | %s | %s | %s | %s | %.1f | %d / %d | %s | %.0f MiB | %s / %s |\n",
+		fmt.Fprintf(&b, "| %d | %s (%d) | %s | %s | %s | %s | %.1f (%.1f) | %d / %d | %s | %.0f MiB | %s / %s |\n",
 			s.Nodes, s.Parallelism, s.Effective, fmtSec(s.PerNode), fmtSec(s.Wall), limit, fmtRatio(s.Ratio()),
-			s.WritesPerNode(), s.Lists(), s.Watches(), fmtSec(s.RolloutCPU), s.RolloutPeakMB, fmtSec(s.Steps.P50), fmtSec(s.Steps.P99))
+			s.WritesPerNode(), s.EventsPerNode(), s.Lists(), s.Watches(), fmtSec(s.RolloutCPU), s.RolloutPeakMB, fmtSec(s.Steps.P50), fmtSec(s.Steps.P99))
 	}
 	b.WriteString("\nAPI requests of `npu-hooks rollout` per upgraded node, by verb and resource (conflicts in brackets):\n\n")
 	b.WriteString("| nodes | parallelism | per-node time | requests per node |\n|---:|---|---:|---|\n")

@@ -60,7 +60,7 @@ func Targets(r Report) []Target {
 		}
 		out = append(out,
 			Target{Name: "API writes per node upgraded (worst scenario)", Want: fmt.Sprintf("≤ %d", MaxWritesPerNode),
-				Got: fmt.Sprintf("%.1f (%s)", worstW.WritesPerNode(), worstW.Name()), Met: worstW.WritesPerNode() <= MaxWritesPerNode},
+				Got: fmt.Sprintf("%.1f, of which %.1f Events (%s)", worstW.WritesPerNode(), worstW.EventsPerNode(), worstW.Name()), Met: worstW.WritesPerNode() <= MaxWritesPerNode},
 			Target{Name: "no per-node LIST in steady state (worst scenario)", Want: fmt.Sprintf("≤ %d LISTs per rollout, whatever N", MaxLists),
 				Got: fmt.Sprintf("%d LISTs (%s)", worstL.Lists(), worstL.Name()), Met: worstL.Lists() <= MaxLists},
 		)

@@ -158,6 +158,24 @@ func runFleet(ctx context.Context, cfg Config, f Fleet, agents bool, r *report.R
 	return out, nil
 }
 
+// Rerender reads a results.json, re-evaluates the targets and writes
+// results.md and results.json to dir.
+func Rerender(jsonPath, dir string) (report.Report, error) {
+	var r report.Report
+	b, err := os.ReadFile(jsonPath)
+	if err != nil {
+		return r, fmt.Errorf("read %s: %w", jsonPath, err)
+	}
+	if err := json.Unmarshal(b, &r); err != nil {
+		return r, fmt.Errorf("decode %s: %w", jsonPath, err)
+	}
+	r.Targets = report.Targets(r)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return r, fmt.Errorf("output dir %s: %w", dir, err)
+	}
+	return r, write(dir, r)
+}
+
 func write(dir string, r report.Report) error {
 	js, err := json.MarshalIndent(r, "", "  ")
 	if err != nil {

@@ -23,7 +23,17 @@ func main() {
 	out := flag.String("out", ".cache/bench", "directory for results.md, results.json and logs")
 	var extra stringList
 	flag.Var(&extra, "rollout-arg", "extra argument of every `npu-hooks rollout` (repeatable), to try a setting before changing its default")
+	render := flag.String("render", "", "only re-render results.md (with the targets re-evaluated) from this results.json, into --out")
 	flag.Parse()
+	if *render != "" {
+		r, err := suite.Rerender(*render, *out)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "npu-bench:", err)
+			os.Exit(1)
+		}
+		fmt.Print(report.Markdown(r))
+		return
+	}
 	log := logrus.New()
 	log.SetOutput(os.Stderr)
 	plan, err := suite.PlanFor(*mode)
