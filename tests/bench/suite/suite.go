@@ -55,7 +55,7 @@ func PlanFor(mode string) (Plan, error) {
 	zero := fleet.Timing{}
 	switch mode {
 	case "quick":
-		return Plan{Mode: mode, AgentIdle: 15 * time.Second, Fleets: []Fleet{{Nodes: 100, Specs: []scenario.Spec{
+		return Plan{Mode: mode, AgentIdle: 10 * time.Second, Fleets: []Fleet{{Nodes: 100, Specs: []scenario.Spec{
 			spec(unlimited, zero), spec(tenPct, fleet.Timing{Reboot: 800 * time.Millisecond, DriverLoad: 200 * time.Millisecond}),
 		}}}}, nil
 	case "full":
