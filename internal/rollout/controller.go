@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -58,6 +59,11 @@ type Controller struct {
 
 	mu     sync.Mutex
 	busy   map[string]bool
+	// written holds the Nodes as our own patches returned them until the
+	// informer catches up: deciding on a cache that lags our writes would
+	// admit nodes past maxUnavailable (each patch is conditional on its
+	// own node only, not on the budget).
+	written map[string]*corev1.Node
 	evicts sync.WaitGroup
 }
 
@@ -120,6 +126,7 @@ func (c *Controller) Snapshot() (Snapshot, error) {
 	if err != nil {
 		return Snapshot{}, fmt.Errorf("list nodes: %w", err)
 	}
+	nodes = c.overlayWritten(nodes)
 	pods, err := c.pods.List(labels.Everything())
 	if err != nil {
 		return Snapshot{}, fmt.Errorf("list pods: %w", err)
@@ -282,6 +289,7 @@ func (c *Controller) transition(ctx context.Context, a Action, rv string) error 
 	if err != nil {
 		return err
 	}
+	c.remember(node)
 	if a.From != a.To {
 		log.Info(a.Message)
 	}
@@ -337,9 +345,11 @@ func (c *Controller) deletePods(ctx context.Context, a Action, log logrus.FieldL
 	if !a.Change.Empty() {
 		// Recorded first: a crash after the delete must not leave the old
 		// pod's replacement looking like the old pod.
-		if _, err := kube.PatchNodeIf(ctx, c.cfg.Client, a.Node, a.ResourceVersion, a.Change); err != nil {
+		node, err := kube.PatchNodeIf(ctx, c.cfg.Client, a.Node, a.ResourceVersion, a.Change)
+		if err != nil {
 			return err
 		}
+		c.remember(node)
 	}
 	var errs []error
 	for _, p := range a.Pods {
@@ -374,4 +384,47 @@ func (c *Controller) WaitForChange(ctx context.Context) bool {
 	case <-c.wake:
 		return true
 	}
+}
+
+func (c *Controller) remember(n *corev1.Node) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.written == nil {
+		c.written = map[string]*corev1.Node{}
+	}
+	if old, ok := c.written[n.Name]; !ok || newerRV(n.ResourceVersion, old.ResourceVersion) {
+		c.written[n.Name] = n
+	}
+}
+
+// overlayWritten replaces cached nodes older than our own last write of
+// them, and forgets writes the cache has caught up with.
+func (c *Controller) overlayWritten(cached []*corev1.Node) []*corev1.Node {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.written) == 0 {
+		return cached
+	}
+	out := make([]*corev1.Node, len(cached))
+	for i, n := range cached {
+		out[i] = n
+		w, ok := c.written[n.Name]
+		switch {
+		case !ok:
+		case newerRV(w.ResourceVersion, n.ResourceVersion):
+			out[i] = w
+		default:
+			delete(c.written, n.Name)
+		}
+	}
+	return out
+}
+
+// newerRV compares resourceVersions. They are opaque to clients in
+// general, but the API server's are etcd revisions, increasing integers;
+// anything else compares as not newer, which only falls back to the cache.
+func newerRV(a, b string) bool {
+	x, errA := strconv.ParseUint(a, 10, 64)
+	y, errB := strconv.ParseUint(b, 10, 64)
+	return errA == nil && errB == nil && x > y
 }
