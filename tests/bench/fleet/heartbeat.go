@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"hash/fnv"
+	"sync"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -27,32 +28,37 @@ const (
 	leaseDuration  = 40
 	renewEvery     = 20 * time.Second
 	renewTick      = 100 * time.Millisecond
+	renewParallel  = 8
 )
 
 // heartbeats renews each node's Lease once per renewEvery, spread over
-// the period by a hash of the node name so that the writes are even.
+// the period by a hash of the node name so that the writes are even. A
+// slow API server delays a bucket but never skips it (a ticker drops the
+// ticks its reader misses): every bucket due by now is renewed.
 func (s *Sim) heartbeats(ctx context.Context) {
-	buckets := uint32(renewEvery / renewTick)
+	buckets := int(renewEvery / renewTick)
 	t := s.cfg.Clock.NewTicker(renewTick)
 	defer t.Stop()
-	var due [][]*corev1.Node
-	for tick := uint32(0); ; tick++ {
-		if tick%buckets == 0 {
-			// Re-plan once per period: nodes come and go.
-			due = make([][]*corev1.Node, buckets)
+	start := s.cfg.Clock.Now()
+	// The bucket of each node, computed once; a node keeps its bucket, so
+	// two renewals are a period apart, and a new node is picked up at its
+	// bucket's next turn.
+	bucketOf := map[string]int{}
+	for done := 0; ; {
+		for target := int(s.cfg.Clock.Since(start)/renewTick) + 1; done < target; done++ {
 			nodes, _ := s.nodes.List(labels.Everything())
+			var due []*corev1.Node
 			for _, n := range nodes {
-				// A node keeps its bucket from period to period, so the
-				// gap between two renewals is one period.
-				b := bucket(n.Name, buckets)
-				due[b] = append(due[b], n)
+				b, ok := bucketOf[n.Name]
+				if !ok {
+					b = int(bucket(n.Name, uint32(buckets)))
+					bucketOf[n.Name] = b
+				}
+				if b == done%buckets {
+					due = append(due, n)
+				}
 			}
-		}
-		for _, n := range due[tick%buckets] {
-			if err := s.renew(ctx, n); err != nil && ctx.Err() == nil {
-				s.errs.Add(1)
-				s.cfg.Log.WithError(err).Debug("node heartbeat")
-			}
+			s.renewAll(ctx, due)
 		}
 		select {
 		case <-ctx.Done():
@@ -60,6 +66,25 @@ func (s *Sim) heartbeats(ctx context.Context) {
 		case <-t.C():
 		}
 	}
+}
+
+// renewAll renews a bucket's leases, a few at once.
+func (s *Sim) renewAll(ctx context.Context, nodes []*corev1.Node) {
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, renewParallel)
+	for _, n := range nodes {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func(n *corev1.Node) {
+			defer wg.Done()
+			defer func() { <-sem }()
+			if err := s.renew(ctx, n); err != nil && ctx.Err() == nil {
+				s.errs.Add(1)
+				s.cfg.Log.WithError(err).Debug("node heartbeat")
+			}
+		}(n)
+	}
+	wg.Wait()
 }
 
 func bucket(name string, n uint32) uint32 {

@@ -80,9 +80,6 @@ func Setup(ctx context.Context, cfg Config) (*Bed, error) {
 	if _, err := env.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: Namespace}}, metav1.CreateOptions{}); err != nil {
 		return nil, fmt.Errorf("create namespace %s: %w", Namespace, err)
 	}
-	if err := addNodes(ctx, env, cfg.Nodes); err != nil {
-		return nil, err
-	}
 	// The simulator writes for thousands of nodes at once; its client
 	// must not be what limits the rollout.
 	rc := env.Config()
@@ -105,6 +102,12 @@ func Setup(ctx context.Context, cfg Config) (*Bed, error) {
 		return nil, err
 	}
 	if err := b.startRecorder(runCtx, simClient, nodeSel); err != nil {
+		b.Close()
+		return nil, err
+	}
+	// Nodes are added once the simulator runs: its heartbeats must reach
+	// each node within the controller manager's grace period.
+	if err := addNodes(ctx, env, cfg.Nodes); err != nil {
 		b.Close()
 		return nil, err
 	}
