@@ -57,14 +57,14 @@ type Controller struct {
 	synced  []cache.InformerSynced
 	wake    chan struct{}
 
-	mu     sync.Mutex
-	busy   map[string]bool
+	mu   sync.Mutex
+	busy map[string]bool
 	// written holds the Nodes as our own patches returned them until the
 	// informer catches up: deciding on a cache that lags our writes would
 	// admit nodes past maxUnavailable (each patch is conditional on its
 	// own node only, not on the budget).
 	written map[string]*corev1.Node
-	evicts sync.WaitGroup
+	evicts  sync.WaitGroup
 }
 
 // NewController sets up informers; Start begins watching.
