@@ -85,7 +85,8 @@ func (a Actions) Empty() bool {
 //     the recovery request withdrawn, the marker restored if the watch took
 //     it, driver-ready back to whether a marker exists.
 //   - Probe fails while wedged: stay wedged (and finish what a crash left
-//     half done).
+//     half done); if no reboot is pending any more, ask for one again
+//     after the threshold.
 //   - Probe fails with no marker and no wedge: the driver is not up yet
 //     (fresh boot, install running); nothing to judge.
 //   - Probe fails with a marker: count; at the threshold, wedge: take the
@@ -138,6 +139,21 @@ func Decide(p Policy, st State, obs Observation) (State, Actions) {
 		a.RemoveMarker = obs.Marker
 		a.RecordWedge = obs.Marker && !obs.WedgeRecorded
 		setReady(false)
+		if recovery || obs.Node.OtherRebootRequested() || st.Failures < p.FailureThreshold {
+			return st, a
+		}
+		// Wedged this boot, yet nothing asks for a reboot any more: the
+		// rebooter cleared a request from the previous boot after this
+		// boot's wedge was recorded (a sticky fault), an upgrade reboot
+		// was withdrawn, or an admin removed the label. Left alone the
+		// node would stay wedged and cordoned for good; ask again, and
+		// let the rebooter's loop guard decide whether it may.
+		a.RequestRecovery = true
+		cause := fmt.Sprintf("chips still failing (%d consecutive probes, last: %s) and no reboot is pending", st.Failures, obs.Probe.Reason)
+		a.Events = append(a.Events,
+			Event{Reason: contract.EventChipWedged, Warning: true, Message: fmt.Sprintf("%s; driver-ready=false, reboot requested again with reason=%s", cause, contract.ReasonRecovery)},
+			Event{Reason: contract.EventRebootRequired, Warning: true, Message: fmt.Sprintf("reason=%s: %s", contract.ReasonRecovery, cause)},
+		)
 		return st, a
 	}
 	if !obs.Marker {

@@ -98,6 +98,20 @@ func TestDecide(t *testing.T) {
 			want: Actions{RemoveMarker: true},
 		},
 		{
+			name: "wedge recorded, request cleared by a finished reboot: below threshold only counted",
+			obs:  Observation{Probe: fail, WedgeRecorded: true, Node: NodeView{DriverReady: contract.False}}, wantFail: 1,
+		},
+		{
+			name:     "wedge recorded, request cleared by a finished reboot: at threshold ask again",
+			failures: 2, obs: Observation{Probe: fail, WedgeRecorded: true, Node: NodeView{DriverReady: contract.False}}, wantFail: 3,
+			want:   Actions{RequestRecovery: true},
+			events: []string{"ChipWedged", "RebootRequired"},
+		},
+		{
+			name:     "wedge recorded, upgrade reboot pending: never ask on top of it",
+			failures: 3, obs: Observation{Probe: fail, WedgeRecorded: true, Node: NodeView{RebootRequired: true, RebootReason: "upgrade", DriverReady: contract.False}}, wantFail: 3,
+		},
+		{
 			name: "stale recovery request, driver entry not done: no record, no marker to take",
 			obs:  Observation{Probe: fail, Node: recoveryNode}, wantFail: 1,
 		},

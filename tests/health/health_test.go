@@ -11,6 +11,8 @@ import (
 	cdiapi "tags.cncf.io/container-device-interface/pkg/cdi"
 
 	"github.com/openfuyao/npu-stack/internal/contract"
+	"github.com/openfuyao/npu-stack/internal/host/simhost"
+	"github.com/openfuyao/npu-stack/internal/kube"
 	"github.com/openfuyao/npu-stack/tests/testbed"
 )
 
@@ -176,5 +178,49 @@ func waitPods(ctx context.Context, t *testing.T, ns, selector, what string, cond
 	lw := testbed.PodsLW(env.Client, ns, selector)
 	if err := waitAll(ctx, lw, cond); err != nil {
 		t.Fatalf("%s: %v", what, err)
+	}
+}
+
+// A fault no reboot fixes, in the order that once left a node wedged and
+// cordoned for good: after the reboot the watch records this boot's wedge
+// while the previous boot's recovery request is still on the Node, and
+// only then does the rebooter clear that request as done. The watch must
+// ask again (the rebooter's loop guard then decides), not sit on a wedge
+// nobody will act on.
+func TestStickyWedgeAskedForAgainAfterTheRequestIsCleared(t *testing.T) {
+	const threshold = 2
+	f := newFleet(t, fleetOptions{nodes: 1, probeInterval: 1, threshold: threshold})
+	node := f.nodes[0]
+	ctx := ctxTimeout(t, 3*time.Minute)
+	waitNode(ctx, t, node.Name(), "driver ready", healthy(desiredVersion))
+
+	if err := node.Host().Update(func(st *simhost.State) error { st.StickyWedge = true; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if err := node.Host().Wedge(1); err != nil {
+		t.Fatal(err)
+	}
+	waitNode(ctx, t, node.Name(), "wedge reported", wedged)
+
+	// The reboot the rebooter would run; the request stays on the Node.
+	before, _ := node.Host().BootID()
+	if err := node.Host().Reboot(ctx, "systemctl"); err != nil {
+		t.Fatal(err)
+	}
+	waitNode(ctx, t, node.Name(), "rebooted", func(n *corev1.Node) bool { return n.Status.NodeInfo.BootID != before })
+	eventually(ctx, t, "wedge recorded again in the new boot", func() bool { w, _ := markers(node).Wedged(); return w })
+	requested := countEvents(t, node.Name(), contract.EventRebootRequired)
+
+	// What the rebooter does when it sees the boot ID changed.
+	if _, err := kube.PatchNode(ctx, env.Client, node.Name(), kube.NodeChange{
+		Labels: map[string]*string{keys.RebootRequired(): nil}, Annotations: map[string]*string{keys.RebootReason(): nil},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	waitNode(ctx, t, node.Name(), "recovery requested again", wedged)
+	waitEvent(ctx, t, node.Name(), contract.EventChipWedged, "reboot requested again with reason=recovery")
+	waitEvent(ctx, t, node.Name(), contract.EventRebootRequired, "no reboot is pending")
+	if got := countEvents(t, node.Name(), contract.EventRebootRequired); got != requested+1 {
+		t.Errorf("%d RebootRequired events after the request was cleared, want %d", got, requested+1)
 	}
 }
