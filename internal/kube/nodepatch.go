@@ -31,6 +31,49 @@ func (c NodeChange) Empty() bool {
 	return len(c.Labels) == 0 && len(c.Annotations) == 0 && c.Unschedulable == nil
 }
 
+// ApplyTo returns a copy of n with the change applied, as the API server
+// would apply the merge patch (for deciding on a write before it lands).
+func (c NodeChange) ApplyTo(n *corev1.Node) *corev1.Node {
+	out := n.DeepCopy()
+	out.Labels = applyKeys(out.Labels, c.Labels)
+	out.Annotations = applyKeys(out.Annotations, c.Annotations)
+	if c.Unschedulable != nil {
+		out.Spec.Unschedulable = *c.Unschedulable
+	}
+	return out
+}
+
+func applyKeys(m map[string]string, edits map[string]*string) map[string]string {
+	for k, v := range edits {
+		if v == nil {
+			delete(m, k)
+			continue
+		}
+		if m == nil {
+			m = map[string]string{}
+		}
+		m[k] = *v
+	}
+	return m
+}
+
+// Merge returns c with next applied on top: next's edits win.
+func (c NodeChange) Merge(next NodeChange) NodeChange {
+	out := NodeChange{Labels: map[string]*string{}, Annotations: map[string]*string{}, Unschedulable: c.Unschedulable}
+	for _, src := range []NodeChange{c, next} {
+		for k, v := range src.Labels {
+			out.Labels[k] = v
+		}
+		for k, v := range src.Annotations {
+			out.Annotations[k] = v
+		}
+	}
+	if next.Unschedulable != nil {
+		out.Unschedulable = next.Unschedulable
+	}
+	return out
+}
+
 // Patch builds the merge patch body.
 func (c NodeChange) Patch() ([]byte, error) {
 	meta := map[string]any{}

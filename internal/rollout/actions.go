@@ -40,7 +40,10 @@ type Action struct {
 	// patch is refused if the node changed since.
 	ResourceVersion string
 	From, To        contract.UpgradeState
-	Change          kube.NodeChange
+	// Via are the states a chained transition passes through between From
+	// and To (see DecideChained).
+	Via    []contract.UpgradeState
+	Change kube.NodeChange
 	// Message explains the action, for logs and the NPUDriverUpgrade event.
 	Message string
 	// Events beyond NPUDriverUpgrade (RebootRequired, UpgradeFailed).

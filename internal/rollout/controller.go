@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -73,12 +74,13 @@ func NewController(cfg Config) *Controller {
 		cfg.Clock = clock.RealClock{}
 	}
 	c := &Controller{cfg: cfg, wake: make(chan struct{}, 1), busy: map[string]bool{}}
-	nodeF := informers.NewSharedInformerFactoryWithOptions(cfg.Client, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+	slim := informers.WithTransform(slimTransform(cfg.Keys))
+	nodeF := informers.NewSharedInformerFactoryWithOptions(cfg.Client, 0, slim, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 		o.LabelSelector = cfg.NodeSelector.String()
 	}))
 	// Pods and DaemonSets of every namespace: NPU workloads, wait-for
 	// pods and re-roll targets may live anywhere.
-	allF := informers.NewSharedInformerFactoryWithOptions(cfg.Client, 0, informers.WithTransform(stripManagedFields))
+	allF := informers.NewSharedInformerFactoryWithOptions(cfg.Client, 0, slim)
 	c.factory = []informers.SharedInformerFactory{nodeF, allF}
 	ni, pi, di := nodeF.Core().V1().Nodes(), allF.Core().V1().Pods(), allF.Apps().V1().DaemonSets()
 	c.nodes, c.pods, c.dsets = ni.Lister(), pi.Lister(), di.Lister()
@@ -92,13 +94,6 @@ func NewController(cfg Config) *Controller {
 		c.synced = append(c.synced, inf.HasSynced)
 	}
 	return c
-}
-
-func stripManagedFields(obj any) (any, error) {
-	if m, ok := obj.(metav1.Object); ok {
-		m.SetManagedFields(nil)
-	}
-	return obj, nil
 }
 
 // poke asks for a new decision; pokes coalesce.
@@ -122,18 +117,28 @@ func (c *Controller) Start(ctx context.Context) error {
 
 // Snapshot builds the current view from the informer caches.
 func (c *Controller) Snapshot() (Snapshot, error) {
+	in, v, err := c.inputs()
+	if err != nil {
+		return Snapshot{}, err
+	}
+	return BuildSnapshot(in, v), nil
+}
+
+// inputs are the cached objects (with our own newer writes) a snapshot
+// is built from.
+func (c *Controller) inputs() (Inputs, View, error) {
 	nodes, err := c.nodes.List(labels.Everything())
 	if err != nil {
-		return Snapshot{}, fmt.Errorf("list nodes: %w", err)
+		return Inputs{}, View{}, fmt.Errorf("list nodes: %w", err)
 	}
 	nodes = c.overlayWritten(nodes)
 	pods, err := c.pods.List(labels.Everything())
 	if err != nil {
-		return Snapshot{}, fmt.Errorf("list pods: %w", err)
+		return Inputs{}, View{}, fmt.Errorf("list pods: %w", err)
 	}
 	all, err := c.dsets.List(labels.Everything())
 	if err != nil {
-		return Snapshot{}, fmt.Errorf("list daemonsets: %w", err)
+		return Inputs{}, View{}, fmt.Errorf("list daemonsets: %w", err)
 	}
 	var drivers []*appsv1.DaemonSet
 	for _, ds := range all {
@@ -149,17 +154,29 @@ func (c *Controller) Snapshot() (Snapshot, error) {
 	}
 	c.mu.Unlock()
 	p := c.cfg.Policy
-	return BuildSnapshot(Inputs{Nodes: nodes, Pods: pods, Drivers: drivers, Targets: targets, Missing: missing, Busy: busy},
-		View{Keys: c.cfg.Keys, Canary: p.Canary, WaitSelector: p.WaitForCompletion.Selector}), nil
+	return Inputs{Nodes: nodes, Pods: pods, Drivers: drivers, Targets: targets, Missing: missing, Busy: busy},
+		View{Keys: c.cfg.Keys, Canary: p.Canary, WaitSelector: p.WaitForCompletion.Selector}, nil
 }
 
-// Decide decides once on the current caches.
+// Decide decides once on the current caches: one step per node, what
+// `status` reports as each node's next step.
 func (c *Controller) Decide() (Snapshot, Decision, error) {
 	s, err := c.Snapshot()
 	if err != nil {
 		return s, Decision{}, err
 	}
 	return s, Decide(s, c.cfg.Policy, c.cfg.Keys, c.cfg.Clock.Now()), nil
+}
+
+// decideChained decides on the current caches with each node carried as
+// far as the cluster allows now (DecideChained): what Run applies.
+func (c *Controller) decideChained() (Snapshot, Decision, error) {
+	in, v, err := c.inputs()
+	if err != nil {
+		return Snapshot{}, Decision{}, err
+	}
+	s, d := DecideChained(in, v, c.cfg.Policy, c.cfg.Keys, c.cfg.Clock.Now())
+	return s, d, nil
 }
 
 // Run decides and acts on every change until the rollout is over (or ctx
@@ -178,7 +195,7 @@ func (c *Controller) Run(ctx context.Context) (Decision, error) {
 		case <-c.wake:
 		case <-timer.C():
 		}
-		s, d, err := c.Decide()
+		s, d, err := c.decideChained()
 		if err != nil {
 			return last, err
 		}
@@ -275,6 +292,9 @@ func (c *Controller) apply(ctx context.Context, a Action) bool {
 // check it is still in a.From) and records the events.
 func (c *Controller) transition(ctx context.Context, a Action, rv string) error {
 	log := c.cfg.Log.WithFields(logrus.Fields{"node": a.Node, "from": string(a.From), "to": string(a.To)})
+	if len(a.Via) > 0 {
+		log = log.WithField("via", a.Via)
+	}
 	if rv == "" {
 		cur, err := c.cfg.Client.CoreV1().Nodes().Get(ctx, a.Node, metav1.GetOptions{})
 		if err != nil {
@@ -295,13 +315,23 @@ func (c *Controller) transition(ctx context.Context, a Action, rv string) error 
 	}
 	if c.cfg.Recorder != nil {
 		if a.From != a.To {
-			c.cfg.Recorder.Node(node, false, contract.EventNPUDriverUpgrade, "%s → %s: %s", stateName(a.From), stateName(a.To), a.Message)
+			c.cfg.Recorder.Node(node, false, contract.EventNPUDriverUpgrade, "%s: %s", statePath(a), a.Message)
 		}
 		for _, e := range a.Events {
 			c.cfg.Recorder.Node(node, e.Warning, e.Reason, "%s", e.Message)
 		}
 	}
 	return nil
+}
+
+// statePath names every state a (chained) transition passes:
+// "upgrade-required → cordon-required → … → reboot-required".
+func statePath(a Action) string {
+	names := []string{stateName(a.From)}
+	for _, s := range a.Via {
+		names = append(names, stateName(s))
+	}
+	return strings.Join(append(names, stateName(a.To)), " → ")
 }
 
 func stateName(s contract.UpgradeState) string {

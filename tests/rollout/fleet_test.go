@@ -327,6 +327,40 @@ func events(ctx context.Context, t *testing.T, node string, reason contract.Even
 	return got
 }
 
+// upgradePath is every state change of an upgrade, as NPUDriverUpgrade
+// events name them.
+var upgradePath = []string{"up-to-date", "upgrade-required", "cordon-required", "wait-for-jobs-required", "pod-deletion-required",
+	"drain-required", "reboot-required", "validation-required", "uncordon-required", "up-to-date"}
+
+// traceEveryTransition waits until the node's NPUDriverUpgrade events name
+// every transition of upgradePath: one event per transition, or one event
+// for steps taken in one write ("a → b → c: ...").
+func traceEveryTransition(ctx context.Context, t *testing.T, node string) {
+	t.Helper()
+	lw := cache.NewFilteredListWatchFromClient(env.Client.CoreV1().RESTClient(), "events", "", func(o *metav1.ListOptions) {
+		o.FieldSelector = "involvedObject.kind=Node,involvedObject.name=" + node + ",reason=" + string(contract.EventNPUDriverUpgrade)
+	})
+	var missing []string
+	var msgs []string
+	err := testbed.WaitFor(ctx, lw, &corev1.Event{}, func(es []*corev1.Event) (bool, error) {
+		msgs = msgs[:0]
+		for _, e := range es {
+			msgs = append(msgs, e.Message)
+		}
+		all := strings.Join(msgs, "\n")
+		missing = missing[:0]
+		for i := 1; i < len(upgradePath); i++ {
+			if step := upgradePath[i-1] + " → " + upgradePath[i]; !strings.Contains(all, step) {
+				missing = append(missing, step)
+			}
+		}
+		return len(missing) == 0, nil
+	})
+	if err != nil {
+		t.Errorf("%s: NPUDriverUpgrade events must trace every transition; missing %q in:\n%s", node, missing, strings.Join(msgs, "\n"))
+	}
+}
+
 // checkReRolled asserts the validation's re-roll: every device-plugin and
 // exporter pod of the fleet started after its node's driver pod became
 // Ready (in the second-resolution of Kubernetes timestamps).
