@@ -41,24 +41,45 @@ type View struct {
 
 // BuildSnapshot turns cluster objects into the view Decide works on.
 func BuildSnapshot(in Inputs, v View) Snapshot {
-	s := Snapshot{Busy: in.Busy, Missing: in.Missing, NoDriver: len(in.Drivers) == 0}
-	for _, t := range in.Targets {
-		s.Targets = append(s.Targets, t.Name)
-	}
-	podsByNode := map[string][]*corev1.Pod{}
+	return newViewer(in, v).snapshot()
+}
+
+// viewer builds node views from one set of inputs; the pods are indexed
+// once, so re-viewing a few changed nodes costs only those nodes.
+type viewer struct {
+	in         Inputs
+	v          View
+	podsByNode map[string][]*corev1.Pod
+	targetOf   map[string]string // DaemonSet UID → target name
+}
+
+func newViewer(in Inputs, v View) *viewer {
+	w := &viewer{in: in, v: v, podsByNode: map[string][]*corev1.Pod{}, targetOf: map[string]string{}}
 	for _, p := range in.Pods {
 		if p.Spec.NodeName != "" {
-			podsByNode[p.Spec.NodeName] = append(podsByNode[p.Spec.NodeName], p)
+			w.podsByNode[p.Spec.NodeName] = append(w.podsByNode[p.Spec.NodeName], p)
 		}
 	}
-	targetOf := map[string]string{} // DaemonSet UID → target name
 	for _, t := range in.Targets {
 		for _, ds := range t.DaemonSets {
-			targetOf[string(ds.UID)] = t.Name
+			w.targetOf[string(ds.UID)] = t.Name
 		}
 	}
-	for _, node := range in.Nodes {
-		s.Nodes = append(s.Nodes, nodeView(node, podsByNode[node.Name], in.Drivers, targetOf, v))
+	return w
+}
+
+func (w *viewer) view(node *corev1.Node) NodeView {
+	return nodeView(node, w.podsByNode[node.Name], w.in.Drivers, w.targetOf, w.v)
+}
+
+// snapshot views every node, sorted by name.
+func (w *viewer) snapshot() Snapshot {
+	s := Snapshot{Busy: w.in.Busy, Missing: w.in.Missing, NoDriver: len(w.in.Drivers) == 0}
+	for _, t := range w.in.Targets {
+		s.Targets = append(s.Targets, t.Name)
+	}
+	for _, node := range w.in.Nodes {
+		s.Nodes = append(s.Nodes, w.view(node))
 	}
 	sort.Slice(s.Nodes, func(i, j int) bool { return s.Nodes[i].Name < s.Nodes[j].Name })
 	return s

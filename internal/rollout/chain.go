@@ -28,7 +28,8 @@ const maxChain = 10
 // that could still fail. Evictions and re-roll deletions end a chain too;
 // the next decision, on the written node, asks for them.
 func DecideChained(in Inputs, v View, p Policy, keys contract.Keys, now time.Time) (Snapshot, Decision) {
-	s := BuildSnapshot(in, v)
+	w := newViewer(in, v)
+	s := w.snapshot()
 	first := Decide(s, p, keys, now)
 	chains := map[string]*Action{}
 	// open: the chain may take another step; freed: it took a step that
@@ -42,17 +43,27 @@ func DecideChained(in Inputs, v View, p Policy, keys contract.Keys, now time.Tim
 			open[node] = !freed[node]
 		}
 	}
+	index := make(map[string]int, len(s.Nodes))
+	for i, n := range s.Nodes {
+		index[n.Name] = i
+	}
+	objs := make(map[string]*corev1.Node, len(in.Nodes))
+	for _, n := range in.Nodes {
+		objs[n.Name] = n
+	}
+	// cur is the fleet as the chains so far leave it; only nodes that
+	// moved in a round are viewed again.
+	cur := s
+	cur.Nodes = append([]NodeView(nil), s.Nodes...)
+	moved := open
 	for round := 1; round < maxChain && len(open) > 0; round++ {
-		next := in
-		next.Nodes = make([]*corev1.Node, len(in.Nodes))
-		for i, n := range in.Nodes {
-			next.Nodes[i] = n
-			if c, ok := chains[n.Name]; ok && !freed[n.Name] {
-				next.Nodes[i] = c.Change.ApplyTo(n)
+		for node := range moved {
+			if !freed[node] {
+				cur.Nodes[index[node]] = w.view(chains[node].Change.ApplyTo(objs[node]))
 			}
 		}
-		d := Decide(BuildSnapshot(next, v), p, keys, now)
-		moved := map[string]bool{}
+		d := Decide(cur, p, keys, now)
+		moved = map[string]bool{}
 		for node, acts := range byNode(d.Actions) {
 			c := chains[node]
 			if !open[node] || len(acts) != 1 || acts[0].Kind != ActTransition || acts[0].From != c.To {
