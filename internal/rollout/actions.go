@@ -142,6 +142,9 @@ func FormatRerolled(m map[string]string) string {
 // ParseRerolled reads the re-rolled pods annotation; malformed entries are
 // dropped (the worst outcome is one more re-roll of a pod).
 func ParseRerolled(s string) map[string]string {
+	if s == "" {
+		return nil
+	}
 	out := map[string]string{}
 	for _, e := range strings.Split(s, ",") {
 		uid, target, ok := strings.Cut(strings.TrimSpace(e), "=")

@@ -66,7 +66,7 @@ func Decide(s Snapshot, p Policy, keys contract.Keys, now time.Time) Decision {
 	}
 	d.Progress.Total, d.Progress.Budget = len(s.Nodes), budget
 
-	var candidates []NodeView
+	var candidates []*NodeView
 	failed, inFlight, unavailable := 0, 0, 0
 	canaryPending := false
 	for _, n := range s.Nodes {
@@ -85,7 +85,7 @@ func Decide(s Snapshot, p Policy, keys contract.Keys, now time.Time) Decision {
 	}
 	d.Progress.InFlight, d.Progress.Failed, d.Progress.Unavailable = inFlight, failed, unavailable
 
-	for _, n := range s.Nodes {
+	for i, n := range s.Nodes {
 		if s.Busy[n.Name] {
 			d.Waiting[n.Name] = "eviction in progress"
 			continue
@@ -105,7 +105,7 @@ func Decide(s Snapshot, p Policy, keys contract.Keys, now time.Time) Decision {
 				wait = "skip label set"
 				d.Progress.Skipped++
 			} else {
-				candidates = append(candidates, n)
+				candidates = append(candidates, &s.Nodes[i])
 			}
 		case n.State == contract.StateFailed:
 			wait = "failed at " + n.FailureStep + ": " + n.FailureReason + "; after fixing it, retry with: kubectl label node " +
@@ -159,7 +159,7 @@ func decideIdle(b builder, n NodeView, acts *[]Action, pr *Progress) string {
 
 // admit moves queued nodes to cordon-required within the budgets, canaries
 // first, then by name.
-func admit(b builder, cands []NodeView, p Policy, d *Decision, inFlight, unavailable, budget, failed int, canaryPending bool) int {
+func admit(b builder, cands []*NodeView, p Policy, d *Decision, inFlight, unavailable, budget, failed int, canaryPending bool) int {
 	sort.Slice(cands, func(i, j int) bool {
 		if cands[i].Canary != cands[j].Canary {
 			return cands[i].Canary
@@ -167,7 +167,8 @@ func admit(b builder, cands []NodeView, p Policy, d *Decision, inFlight, unavail
 		return cands[i].Name < cands[j].Name
 	})
 	admitted := 0
-	for _, n := range cands {
+	for _, c := range cands {
+		n := *c
 		var why string
 		adds := !n.Unschedulable && n.Ready
 		switch {
@@ -458,7 +459,7 @@ func stragglers(s Snapshot, d *Decision) []Action {
 	return acts
 }
 
-func outcome(s Snapshot, p Policy, d *Decision, queued []NodeView, failed int) Outcome {
+func outcome(s Snapshot, p Policy, d *Decision, queued []*NodeView, failed int) Outcome {
 	if len(queued) > 0 {
 		if p.Paused {
 			return Paused
