@@ -158,30 +158,9 @@ func podReady(p *corev1.Pod) bool {
 
 func podRunning(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodRunning }
 
-func nodeLW(name string) cache.ListerWatcher {
-	return cache.NewListWatchFromClient(env.Client.CoreV1().RESTClient(), "nodes", "", fields.OneTermEqualSelector("metadata.name", name))
-}
-
 func waitNode(ctx context.Context, t *testing.T, name, what string, cond func(*corev1.Node) bool) *corev1.Node {
 	t.Helper()
-	var last *corev1.Node
-	err := testbed.WaitFor(ctx, nodeLW(name), &corev1.Node{}, func(ns []*corev1.Node) (bool, error) {
-		for _, n := range ns {
-			last = n
-			if cond(n) {
-				return true, nil
-			}
-		}
-		return false, nil
-	})
-	if err != nil {
-		desc := "no node"
-		if last != nil {
-			desc = fmt.Sprintf("labels %v annotations %v", last.Labels, last.Annotations)
-		}
-		t.Fatalf("node %s: %s: %v (%s)", name, what, err, desc)
-	}
-	return last
+	return testbed.WaitNode(ctx, t, env.Client, name, what, cond)
 }
 
 // healthy: the watch says the driver is ready and no recovery is pending.
@@ -202,23 +181,7 @@ func wedged(n *corev1.Node) bool {
 // substr.
 func waitEvent(ctx context.Context, t *testing.T, node string, reason contract.EventReason, substr string) {
 	t.Helper()
-	lw := cache.NewFilteredListWatchFromClient(env.Client.CoreV1().RESTClient(), "events", "", func(o *metav1.ListOptions) {
-		o.FieldSelector = fields.AndSelectors(fields.OneTermEqualSelector("involvedObject.name", node), fields.OneTermEqualSelector("reason", string(reason))).String()
-	})
-	var msgs []string
-	err := testbed.WaitFor(ctx, lw, &corev1.Event{}, func(evs []*corev1.Event) (bool, error) {
-		msgs = msgs[:0]
-		for _, e := range evs {
-			if strings.Contains(e.Message, substr) {
-				return true, nil
-			}
-			msgs = append(msgs, e.Message)
-		}
-		return false, nil
-	})
-	if err != nil {
-		t.Fatalf("event %s on %s containing %q: %v (have %q)", reason, node, substr, err, msgs)
-	}
+	testbed.WaitNodeEvent(ctx, t, env.Client, node, string(reason), substr)
 }
 
 func countEvents(t *testing.T, node string, reason contract.EventReason) int {

@@ -2,7 +2,6 @@ package reboot_test
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"strings"
 	"sync"
@@ -188,30 +187,9 @@ func approve(t *testing.T, node string) {
 	patch(t, node, kube.NodeChange{Annotations: map[string]*string{keys.ApproveReboot(): kube.Set(contract.True)}})
 }
 
-func nodeLW(name string) cache.ListerWatcher {
-	return cache.NewListWatchFromClient(env.Client.CoreV1().RESTClient(), "nodes", "", fields.OneTermEqualSelector("metadata.name", name))
-}
-
 func waitNode(ctx context.Context, t *testing.T, name, what string, cond func(*corev1.Node) bool) *corev1.Node {
 	t.Helper()
-	var last *corev1.Node
-	err := testbed.WaitFor(ctx, nodeLW(name), &corev1.Node{}, func(ns []*corev1.Node) (bool, error) {
-		for _, n := range ns {
-			last = n
-			if cond(n) {
-				return true, nil
-			}
-		}
-		return false, nil
-	})
-	if err != nil {
-		desc := "no node"
-		if last != nil {
-			desc = fmt.Sprintf("labels %v annotations %v unschedulable %v bootID %s", last.Labels, last.Annotations, last.Spec.Unschedulable, last.Status.NodeInfo.BootID)
-		}
-		t.Fatalf("node %s: %s: %v (%s)", name, what, err, desc)
-	}
-	return last
+	return testbed.WaitNode(ctx, t, env.Client, name, what, cond)
 }
 
 // rebooted: the boot ID moved on from before and the marker is cleared.
@@ -246,26 +224,11 @@ func hostState(t *testing.T, node *procnode.Node) simhost.State {
 // substr, and returns it.
 func waitEvent(ctx context.Context, t *testing.T, node string, reason contract.EventReason, substr string) *corev1.Event {
 	t.Helper()
-	lw := eventsLW(node, reason)
-	var found *corev1.Event
-	err := testbed.WaitFor(ctx, lw, &corev1.Event{}, func(evs []*corev1.Event) (bool, error) {
-		for _, e := range evs {
-			if strings.Contains(e.Message, substr) {
-				found = e
-				return true, nil
-			}
-		}
-		return false, nil
-	})
-	if err != nil {
-		t.Fatalf("no %s event on node %s containing %q: %v", reason, node, substr, err)
-	}
-	return found
+	return testbed.WaitNodeEvent(ctx, t, env.Client, node, string(reason), substr)
 }
 
 func eventsLW(node string, reason contract.EventReason) cache.ListerWatcher {
-	return cache.NewListWatchFromClient(env.Client.CoreV1().RESTClient(), "events", "",
-		fields.Set{"involvedObject.name": node, "reason": string(reason)}.AsSelector())
+	return testbed.NodeEventsLW(env.Client, node, string(reason))
 }
 
 func leasesLW(ns string) cache.ListerWatcher {

@@ -301,12 +301,7 @@ func contains(xs []string, x string) bool {
 // waitNode waits until cond holds for node.
 func waitNode(ctx context.Context, t *testing.T, name, what string, cond func(*corev1.Node) bool) {
 	t.Helper()
-	lw := cache.NewFilteredListWatchFromClient(env.Client.CoreV1().RESTClient(), "nodes", "", func(o *metav1.ListOptions) {
-		o.FieldSelector = "metadata.name=" + name
-	})
-	if err := testbed.WaitFor(ctx, lw, &corev1.Node{}, func(ns []*corev1.Node) (bool, error) { return len(ns) == 1 && cond(ns[0]), nil }); err != nil {
-		t.Fatalf("%s: %s: %v", name, what, err)
-	}
+	testbed.WaitNode(ctx, t, env.Client, name, what, cond)
 }
 
 // events returns the events of reason on node once at least min of them
