@@ -119,3 +119,44 @@ func podSpecOrNil(o *unstructured.Unstructured) map[string]any {
 	}
 	return nil
 }
+
+// TestOurContainersGetTheMemoryLimitAsGOMEMLIMIT: each long-running
+// container of ours has the Go runtime's soft limit at its memory limit,
+// so a large fleet makes the garbage collector work harder rather than
+// the kernel kill the process.
+func TestOurContainersGetTheMemoryLimitAsGOMEMLIMIT(t *testing.T) {
+	seen := 0
+	for _, v := range variants() {
+		for _, o := range mustRender(t, v).objects {
+			spec := podSpecOrNil(o)
+			if spec == nil {
+				continue
+			}
+			cs, _ := spec["containers"].([]any)
+			for _, ci := range cs {
+				c := ci.(map[string]any)
+				if binaryOf(c) == "" {
+					continue
+				}
+				seen++
+				found := false
+				for _, ei := range asList(c["env"]) {
+					e := ei.(map[string]any)
+					ref, _, _ := unstructured.NestedString(e, "valueFrom", "resourceFieldRef", "resource")
+					found = found || (e["name"] == "GOMEMLIMIT" && ref == "limits.memory")
+				}
+				if !found {
+					t.Errorf("%s: %s %s container %s has no GOMEMLIMIT from limits.memory", v.name, o.GetKind(), o.GetName(), c["name"])
+				}
+			}
+		}
+	}
+	if seen < 4 {
+		t.Fatalf("only %d containers of ours found; the search is broken", seen)
+	}
+}
+
+func asList(v any) []any {
+	l, _ := v.([]any)
+	return l
+}

@@ -116,6 +116,19 @@ tolerations:
       fieldPath: metadata.namespace
 {{- end }}
 
+{{/*
+Our Go binaries get the container's memory limit as the runtime's soft
+limit: near it the garbage collector works harder instead of the kernel
+killing the process (a rollout over thousands of nodes, a burst of
+events).
+*/}}
+{{- define "npu-stack.goMemLimit" -}}
+- name: GOMEMLIMIT
+  valueFrom:
+    resourceFieldRef:
+      resource: limits.memory
+{{- end }}
+
 {{/* The rollout's command line, shared by the hook Job, the job-mode Job and the resume CronJob. */}}
 {{- define "npu-stack.rolloutArgs" -}}
 {{- $p := .Values.driver.upgradePolicy -}}
@@ -183,6 +196,8 @@ containers:
       {{- range .extraArgs }}
       - {{ . }}
       {{- end }}
+    env:
+      {{- include "npu-stack.goMemLimit" . | nindent 6 }}
     securityContext:
       allowPrivilegeEscalation: false
       readOnlyRootFilesystem: true

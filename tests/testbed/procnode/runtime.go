@@ -8,11 +8,13 @@ import (
 	"path"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 )
@@ -121,7 +123,7 @@ func containerEnv(ctx context.Context, client kubernetes.Interface, pod *corev1.
 			set(e.Name, expand(e.Value, env))
 			continue
 		}
-		v, err := envValue(ctx, client, pod, e.ValueFrom)
+		v, err := envValue(ctx, client, pod, c, e.ValueFrom)
 		if err != nil {
 			return nil, nil, fmt.Errorf("container %s env %s: %w", c.Name, e.Name, err)
 		}
@@ -130,10 +132,12 @@ func containerEnv(ctx context.Context, client kubernetes.Interface, pod *corev1.
 	return env, order, nil
 }
 
-func envValue(ctx context.Context, client kubernetes.Interface, pod *corev1.Pod, from *corev1.EnvVarSource) (string, error) {
+func envValue(ctx context.Context, client kubernetes.Interface, pod *corev1.Pod, c *corev1.Container, from *corev1.EnvVarSource) (string, error) {
 	switch {
 	case from.FieldRef != nil:
 		return fieldValue(pod, from.FieldRef.FieldPath)
+	case from.ResourceFieldRef != nil:
+		return resourceValue(c, from.ResourceFieldRef)
 	case from.ConfigMapKeyRef != nil:
 		cm, err := client.CoreV1().ConfigMaps(pod.Namespace).Get(ctx, from.ConfigMapKeyRef.Name, metav1.GetOptions{})
 		if err != nil {
@@ -155,8 +159,40 @@ func envValue(ctx context.Context, client kubernetes.Interface, pod *corev1.Pod,
 		}
 		return string(v), nil
 	default:
-		return "", fmt.Errorf("unsupported valueFrom (only fieldRef, configMapKeyRef and secretKeyRef are simulated)")
+		return "", fmt.Errorf("unsupported valueFrom (only fieldRef, resourceFieldRef, configMapKeyRef and secretKeyRef are simulated)")
 	}
+}
+
+// nodeAllocatable stands for the node's allocatable resources, which the
+// kubelet reports for a resourceFieldRef to a limit the container does
+// not set.
+var nodeAllocatable = corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("64Gi"), corev1.ResourceCPU: resource.MustParse("16")}
+
+// resourceValue is the kubelet's downward API value of a container
+// resource, divided by the divisor and rounded up.
+func resourceValue(c *corev1.Container, ref *corev1.ResourceFieldSelector) (string, error) {
+	kind, name, ok := strings.Cut(ref.Resource, ".")
+	if !ok || (kind != "limits" && kind != "requests") {
+		return "", fmt.Errorf("resourceFieldRef %q: want limits.<name> or requests.<name>", ref.Resource)
+	}
+	list := c.Resources.Limits
+	if kind == "requests" {
+		list = c.Resources.Requests
+	}
+	q, set := list[corev1.ResourceName(name)]
+	if !set {
+		if q, set = nodeAllocatable[corev1.ResourceName(name)]; !set {
+			return "", fmt.Errorf("resourceFieldRef %q: resource not simulated", ref.Resource)
+		}
+	}
+	divisor := ref.Divisor
+	if divisor.IsZero() {
+		divisor = resource.MustParse("1")
+	}
+	if name == string(corev1.ResourceCPU) {
+		return strconv.FormatInt((q.MilliValue()+divisor.MilliValue()-1)/divisor.MilliValue(), 10), nil
+	}
+	return strconv.FormatInt((q.Value()+divisor.Value()-1)/divisor.Value(), 10), nil
 }
 
 var labelRef = regexp.MustCompile(`^metadata\.(labels|annotations)\['(.+)'\]$`)

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -69,5 +70,34 @@ func TestFieldValue(t *testing.T) {
 	}
 	if _, err := fieldValue(pod, "status.phase"); err == nil {
 		t.Error("unsupported field accepted silently")
+	}
+}
+
+func TestResourceValue(t *testing.T) {
+	c := &corev1.Container{Resources: corev1.ResourceRequirements{
+		Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("256Mi"), corev1.ResourceCPU: resource.MustParse("1500m")},
+		Requests: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("64Mi")},
+	}}
+	for _, tc := range []struct {
+		res, divisor, want string
+	}{
+		{"limits.memory", "", "268435456"},
+		{"limits.memory", "1Mi", "256"},
+		{"requests.memory", "1Mi", "64"},
+		{"limits.cpu", "", "2"}, // rounded up, as the kubelet does
+		{"limits.cpu", "1m", "1500"},
+		{"requests.cpu", "1", "16"}, // unset: the node's allocatable
+	} {
+		ref := &corev1.ResourceFieldSelector{Resource: tc.res}
+		if tc.divisor != "" {
+			ref.Divisor = resource.MustParse(tc.divisor)
+		}
+		got, err := resourceValue(c, ref)
+		if err != nil || got != tc.want {
+			t.Errorf("%s / %q = %q, %v; want %s", tc.res, tc.divisor, got, err, tc.want)
+		}
+	}
+	if _, err := resourceValue(c, &corev1.ResourceFieldSelector{Resource: "memory"}); err == nil {
+		t.Error("a malformed resource was accepted")
 	}
 }
