@@ -37,7 +37,11 @@ func NewRoot(name, short string, opts *GlobalOptions) *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.SetVersionTemplate(fmt.Sprintf("%s version {{.Version}}\n", name))
+	// cobra's default version line is "<name> version <Version>". No
+	// SetVersionTemplate: a template makes text/template's MethodByName
+	// reachable, and the linker then keeps every exported method of every
+	// type in the binary (all of client-go's typed clients, informers and
+	// apply configurations: twice the code, and the node agents' RSS).
 	root.PersistentFlags().StringVar(&opts.LogLevel, "log-level", "info", "log level: panic, fatal, error, warn, info, debug or trace")
 	root.PersistentFlags().StringVar(&opts.LogFormat, "log-format", string(LogFormatText), "log format: text or json")
 	return root
