@@ -4,12 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/http"
 	"strings"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/sirupsen/logrus"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -182,7 +182,22 @@ func (a *Agent) Run(ctx context.Context) error {
 		mf := metadatainformer.NewFilteredSharedInformerFactory(a.cfg.Metadata, a.cfg.Resync, metav1.NamespaceAll,
 			func(o *metav1.ListOptions) { o.LabelSelector = a.cfg.NPUNodeSelector.String() })
 		fleetInf := mf.ForResource(schema.GroupVersionResource{Version: "v1", Resource: "nodes"}).Informer()
-		if _, err := fleetInf.AddEventHandler(enqueue); err != nil {
+		if err := fleetInf.SetTransform(a.slimFleetNode); err != nil {
+			return fmt.Errorf("rebooter on node %s: watch NPU nodes: %w", a.cfg.NodeName, err)
+		}
+		// Another node's status updates change nothing the storm
+		// protection counts: only a change of the slim metadata wakes
+		// the agent, not every heartbeat of every NPU node.
+		fleetChange := cache.ResourceEventHandlerFuncs{
+			AddFunc: enqueue.AddFunc,
+			UpdateFunc: func(old, cur any) {
+				if !sameFleetNode(old, cur) {
+					a.queue.Add(queueKey)
+				}
+			},
+			DeleteFunc: enqueue.DeleteFunc,
+		}
+		if _, err := fleetInf.AddEventHandler(fleetChange); err != nil {
 			return fmt.Errorf("rebooter on node %s: watch NPU nodes: %w", a.cfg.NodeName, err)
 		}
 		a.fleet = fleetInf.GetStore()
@@ -234,7 +249,7 @@ func (a *Agent) serveMetrics(ctx context.Context) (func(), error) {
 		return nil, fmt.Errorf("rebooter on node %s: serve metrics on %s (change --metrics-addr, or set it empty to turn metrics off): %w", a.cfg.NodeName, a.cfg.MetricsAddr, err)
 	}
 	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(a.metrics.Registry, promhttp.HandlerOpts{}))
+	mux.Handle("/metrics", a.metrics)
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = srv.Serve(lis) }()
 	a.cfg.Log.Infof("metrics on %s/metrics", lis.Addr())
@@ -364,6 +379,37 @@ func (a *Agent) facts(node *corev1.Node) (Facts, error) {
 		}
 	}
 	return f, nil
+}
+
+// slimFleetNode keeps of an NPU node's metadata only what the storm
+// protection counts (its name and the reboot-required label and
+// reboot-reason annotation): every agent caches every NPU node, and their
+// managed fields, labels and annotations would grow each agent's memory
+// with the size of the cluster.
+func (a *Agent) slimFleetNode(obj any) (any, error) {
+	m, ok := obj.(*metav1.PartialObjectMetadata)
+	if !ok {
+		return obj, nil // a tombstone: left as it is
+	}
+	slim := &metav1.PartialObjectMetadata{
+		TypeMeta:   m.TypeMeta,
+		ObjectMeta: metav1.ObjectMeta{Name: m.Name, UID: m.UID, ResourceVersion: m.ResourceVersion},
+	}
+	if v, ok := m.Labels[a.keys.RebootRequired()]; ok {
+		slim.Labels = map[string]string{a.keys.RebootRequired(): v}
+	}
+	if v, ok := m.Annotations[a.keys.RebootReason()]; ok {
+		slim.Annotations = map[string]string{a.keys.RebootReason(): v}
+	}
+	return slim, nil
+}
+
+// sameFleetNode reports whether two versions of a slim NPU node count the
+// same for the storm protection.
+func sameFleetNode(old, cur any) bool {
+	o, ok1 := old.(*metav1.PartialObjectMetadata)
+	c, ok2 := cur.(*metav1.PartialObjectMetadata)
+	return ok1 && ok2 && maps.Equal(o.Labels, c.Labels) && maps.Equal(o.Annotations, c.Annotations)
 }
 
 func (a *Agent) cachedLeases() []*coordinationv1.Lease {
