@@ -415,11 +415,13 @@ func waitLine(ctx context.Context, p *proc, substr string) (time.Time, error) {
 }
 
 // helpRSS is the peak RSS of `bin --help`: the cost of loading the
-// executable and its package initialisers, before any work.
+// executable and its package initialisers, before any work. It is the
+// process's VmHWM at its exit (see statusAtExit), not wait4's maxrss,
+// which for a child of this process is this process's own peak.
 func helpRSS(ctx context.Context, dir, bin string) (float64, error) {
-	cmd := exec.CommandContext(ctx, filepath.Join(dir, bin), "--help")
-	if err := cmd.Run(); err != nil {
+	u, err := statusAtExit(ctx, filepath.Join(dir, bin), "--help")
+	if err != nil {
 		return 0, fmt.Errorf("%s --help: %w", bin, err)
 	}
-	return procstat.MiB(procstat.FromProcessState(cmd.ProcessState).PeakRSS), nil
+	return procstat.MiB(u.PeakRSS), nil
 }
