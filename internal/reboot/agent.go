@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/sirupsen/logrus"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -249,7 +250,7 @@ func (a *Agent) serveMetrics(ctx context.Context) (func(), error) {
 		return nil, fmt.Errorf("rebooter on node %s: serve metrics on %s (change --metrics-addr, or set it empty to turn metrics off): %w", a.cfg.NodeName, a.cfg.MetricsAddr, err)
 	}
 	mux := http.NewServeMux()
-	mux.Handle("/metrics", a.metrics)
+	mux.Handle("/metrics", promhttp.HandlerFor(a.metrics.Registry, promhttp.HandlerOpts{}))
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = srv.Serve(lis) }()
 	a.cfg.Log.Infof("metrics on %s/metrics", lis.Addr())

@@ -6,11 +6,16 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/kubectl/pkg/drain"
 )
+
+// evictRetryDelay is the pause before asking again for an eviction the API
+// server refused.
+const evictRetryDelay = time.Second
 
 // evict removes pods from node with kubectl's drain library: evictions
 // honour PodDisruptionBudgets, DaemonSet pods are left alone (the driver,
@@ -62,12 +67,15 @@ func blocked(node string, errs []error) error {
 
 func helper(ctx context.Context, client kubernetes.Interface, kind EvictKind, p Policy, log io.Writer) (*drain.Helper, error) {
 	h := &drain.Helper{
-		Ctx:                 ctx,
-		Client:              client,
-		GracePeriodSeconds:  -1,
-		IgnoreAllDaemonSets: true,
-		Out:                 log,
-		ErrOut:              log,
+		Ctx:                ctx,
+		Client:             client,
+		GracePeriodSeconds: -1,
+		// Unset, drain retries a refused eviction (a PodDisruptionBudget) at
+		// once, as fast as the client's rate limiter lets it.
+		EvictErrorRetryDelay: evictRetryDelay,
+		IgnoreAllDaemonSets:  true,
+		Out:                  log,
+		ErrOut:               log,
 	}
 	switch kind {
 	case EvictNPUPods:
