@@ -17,8 +17,6 @@ import (
 
 	"github.com/sirupsen/logrus"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 
 	"github.com/openfuyao/npu-stack/internal/contract"
 	"github.com/openfuyao/npu-stack/internal/host"
@@ -85,7 +83,7 @@ type EventRecorder interface {
 
 // Deps are the gate's collaborators.
 type Deps struct {
-	Client kubernetes.Interface
+	Nodes  kube.NodeClient
 	Host   host.Host
 	Events EventRecorder
 	Log    logrus.FieldLogger
@@ -104,9 +102,9 @@ func Prepare(ctx context.Context, cfg Config, d Deps) (Plan, error) {
 		return Plan{}, fmt.Errorf("node %s: read the loaded driver version: %w", cfg.NodeName, err)
 	}
 	plan := Decide(loaded, cfg.DriverVersion)
-	node, err := d.Client.CoreV1().Nodes().Get(ctx, cfg.NodeName, metav1.GetOptions{})
+	node, err := d.Nodes.Get(ctx, cfg.NodeName)
 	if err != nil {
-		return plan, fmt.Errorf("get node %s: %w", cfg.NodeName, err)
+		return plan, err
 	}
 	if plan.Install {
 		if err := install(ctx, cfg, d, log); err != nil {
@@ -129,7 +127,7 @@ func Prepare(ctx context.Context, cfg Config, d Deps) (Plan, error) {
 	} else if err := cfg.Markers.SetReady(plan.Loaded); err != nil {
 		return plan, fmt.Errorf("node %s: %w", cfg.NodeName, err)
 	}
-	node, err = kube.PatchNode(ctx, d.Client, cfg.NodeName, kube.NodeChange{Labels: map[string]*string{cfg.Keys.DriverVersion(): kube.Set(plan.Loaded)}})
+	node, err = d.Nodes.Patch(ctx, cfg.NodeName, kube.NodeChange{Labels: map[string]*string{cfg.Keys.DriverVersion(): kube.Set(plan.Loaded)}})
 	if err != nil {
 		return plan, err
 	}

@@ -11,10 +11,10 @@ import (
 	"github.com/sirupsen/logrus"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/openfuyao/npu-stack/internal/contract"
 	"github.com/openfuyao/npu-stack/internal/host/simhost"
+	"github.com/openfuyao/npu-stack/internal/kube/kubetest"
 	"github.com/openfuyao/npu-stack/internal/marker"
 )
 
@@ -60,13 +60,13 @@ func setup(t *testing.T, loaded string) (Config, Deps, *simhost.Host, *events) {
 		NodeName: "n1", Keys: keys, DriverVersion: "25.5.0", DriverRoot: h.Path("/usr/local/Ascend/driver"),
 		Markers: marker.Dir{Path: h.Path("/run/npu-stack")}, InstallCommand: []string{"/install.sh", "--full"},
 	}
-	d := Deps{Client: fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}), Host: h, Events: ev, Log: log}
+	d := Deps{Nodes: kubetest.NewNodes(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}), Host: h, Events: ev, Log: log}
 	return cfg, d, h, ev
 }
 
 func label(t *testing.T, d Deps) string {
 	t.Helper()
-	n, err := d.Client.CoreV1().Nodes().Get(context.Background(), "n1", metav1.GetOptions{})
+	n, err := d.Nodes.Get(context.Background(), "n1")
 	if err != nil {
 		t.Fatal(err)
 	}

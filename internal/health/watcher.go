@@ -10,8 +10,6 @@ import (
 	"github.com/sirupsen/logrus"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/clock"
 
 	"github.com/openfuyao/npu-stack/internal/contract"
@@ -59,7 +57,7 @@ func (c Config) Validate() error {
 // line with what Decide says.
 type Watcher struct {
 	cfg     Config
-	client  kubernetes.Interface
+	nodes   kube.NodeClient
 	host    host.Host
 	clock   clock.WithTickerAndDelayedExecution
 	prober  Prober
@@ -75,7 +73,7 @@ type Watcher struct {
 
 // Deps are the watcher's collaborators; Metrics may be nil.
 type Deps struct {
-	Client  kubernetes.Interface
+	Nodes   kube.NodeClient
 	Host    host.Host
 	Clock   clock.WithTickerAndDelayedExecution
 	Events  EventRecorder
@@ -86,7 +84,7 @@ type Deps struct {
 // NewWatcher builds a watcher; call Run or Step.
 func NewWatcher(cfg Config, d Deps) *Watcher {
 	return &Watcher{
-		cfg: cfg, client: d.Client, host: d.Host, clock: d.Clock, events: d.Events, metrics: d.Metrics,
+		cfg: cfg, nodes: d.Nodes, host: d.Host, clock: d.Clock, events: d.Events, metrics: d.Metrics,
 		log:    d.Log.WithField("node", cfg.NodeName),
 		prober: Prober{Host: d.Host, Clock: d.Clock, Timeout: cfg.Timeout},
 	}
@@ -165,9 +163,9 @@ func (w *Watcher) Step(ctx context.Context) error {
 	// setting an upgrade reboot); a conditional patch refuses that, and a
 	// fresh read decides again on the same probe.
 	for attempt := 0; ; attempt++ {
-		node, err := w.client.CoreV1().Nodes().Get(ctx, w.cfg.NodeName, metav1.GetOptions{})
+		node, err := w.nodes.Get(ctx, w.cfg.NodeName)
 		if err != nil {
-			return fmt.Errorf("get node %s: %w", w.cfg.NodeName, err)
+			return err
 		}
 		obs.Node = w.view(node)
 		st, acts := Decide(w.cfg.Policy, w.state, obs)
@@ -238,9 +236,9 @@ func (w *Watcher) apply(ctx context.Context, node *corev1.Node, r Result, acts A
 	if len(change.Labels)+len(change.Annotations) > 0 {
 		var err error
 		if acts.RequestRecovery || acts.WithdrawRecovery {
-			node, err = kube.PatchNodeIf(ctx, w.client, node.Name, node.ResourceVersion, change)
+			node, err = w.nodes.PatchIf(ctx, node.Name, node.ResourceVersion, change)
 		} else {
-			node, err = kube.PatchNode(ctx, w.client, node.Name, change)
+			node, err = w.nodes.Patch(ctx, node.Name, change)
 		}
 		if err != nil {
 			return err

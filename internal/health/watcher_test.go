@@ -15,11 +15,12 @@ import (
 	"github.com/sirupsen/logrus"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes/fake"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/openfuyao/npu-stack/internal/contract"
 	"github.com/openfuyao/npu-stack/internal/host/simhost"
+	"github.com/openfuyao/npu-stack/internal/kube"
+	"github.com/openfuyao/npu-stack/internal/kube/kubetest"
 	"github.com/openfuyao/npu-stack/internal/marker"
 )
 
@@ -50,7 +51,7 @@ func (r *fakeRecorder) take() []recordedEvent {
 
 type rig struct {
 	w       *Watcher
-	client  *fake.Clientset
+	nodes   *kubetest.Nodes
 	host    *simhost.Host
 	markers marker.Dir
 	rec     *fakeRecorder
@@ -66,15 +67,15 @@ func newRig(t *testing.T, threshold int, nodeLabels, nodeAnnotations map[string]
 		t.Fatal(err)
 	}
 	keys, _ := contract.NewKeys(contract.DefaultDomain)
-	client := fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", Labels: nodeLabels, Annotations: nodeAnnotations}})
-	r := &rig{client: client, host: h, rec: &fakeRecorder{}, clock: clocktesting.NewFakeClock(time.Now()), keys: keys, reg: prometheus.NewRegistry()}
+	nodes := kubetest.NewNodes(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", Labels: nodeLabels, Annotations: nodeAnnotations}})
+	r := &rig{nodes: nodes, host: h, rec: &fakeRecorder{}, clock: clocktesting.NewFakeClock(time.Now()), keys: keys, reg: prometheus.NewRegistry()}
 	r.markers = marker.Dir{Path: h.Path("/run/npu-stack")}
 	log := logrus.New()
 	log.SetOutput(testWriter{t})
 	r.w = NewWatcher(Config{
 		NodeName: "n1", Keys: keys, Markers: r.markers, Interval: time.Second, Timeout: time.Hour,
 		Policy: Policy{FailureThreshold: threshold},
-	}, Deps{Client: client, Host: h, Clock: r.clock, Events: r.rec, Metrics: NewMetrics(r.reg), Log: log})
+	}, Deps{Nodes: nodes, Host: h, Clock: r.clock, Events: r.rec, Metrics: NewMetrics(r.reg), Log: log})
 	return r
 }
 
@@ -87,7 +88,7 @@ func (w testWriter) Write(p []byte) (int, error) {
 
 func (r *rig) node(t *testing.T) *corev1.Node {
 	t.Helper()
-	n, err := r.client.CoreV1().Nodes().Get(context.Background(), "n1", metav1.GetOptions{})
+	n, err := r.nodes.Get(context.Background(), "n1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -158,7 +159,7 @@ func TestWatcherWedgeAndFalsePositive(t *testing.T) {
 	}
 
 	// The watch restarts: it keeps the wedge.
-	r.w = NewWatcher(r.w.cfg, Deps{Client: r.client, Host: r.host, Clock: r.clock, Events: r.rec, Log: logrus.New()})
+	r.w = NewWatcher(r.w.cfg, Deps{Nodes: r.nodes, Host: r.host, Clock: r.clock, Events: r.rec, Log: logrus.New()})
 	r.step(t)
 	if n := r.node(t); n.Labels[k.RebootRequired()] != "true" || r.markerPresent() || len(r.rec.take()) != 0 {
 		t.Fatalf("restart forgot the wedge: %v", n.Labels)
@@ -200,6 +201,36 @@ func TestWatcherNeverTouchesAnUpgradeReboot(t *testing.T) {
 	n = r.node(t)
 	if n.Annotations[keys.RebootReason()] != "upgrade" || n.Labels[keys.RebootRequired()] != "true" || !r.markerPresent() {
 		t.Fatalf("recovery touched the upgrade: %v %v", n.Labels, n.Annotations)
+	}
+}
+
+// The rollout asks for an upgrade reboot between the watch's read and its
+// write: the conditional patch is refused, and the watch, deciding again
+// on the fresh Node, leaves the upgrade request alone.
+func TestWatcherDecidesAgainWhenTheNodeChangedUnderIt(t *testing.T) {
+	keys, _ := contract.NewKeys(contract.DefaultDomain)
+	r := newRig(t, 1, map[string]string{keys.DriverReady(): "true"}, nil)
+	_ = r.markers.SetReady("25.3.0")
+	_ = r.host.Wedge(0)
+	raced := false
+	r.nodes.BeforePatch = func(name string) {
+		if raced {
+			return
+		}
+		raced = true
+		if _, err := r.nodes.Patch(context.Background(), name, kube.NodeChange{
+			Labels: map[string]*string{keys.RebootRequired(): kube.Set("true")}, Annotations: map[string]*string{keys.RebootReason(): kube.Set("upgrade")},
+		}); err != nil {
+			t.Error(err)
+		}
+	}
+	r.step(t)
+	n := r.node(t)
+	if !raced || n.Annotations[keys.RebootReason()] != "upgrade" || n.Labels[keys.DriverReady()] != "false" || r.markerPresent() {
+		t.Fatalf("after the race: raced %v, labels %v annotations %v", raced, n.Labels, n.Annotations)
+	}
+	if evs := r.rec.take(); eventReasons(evs) != "ChipWedged" || !strings.Contains(evs[0].message, "reason=upgrade is already pending") {
+		t.Fatalf("events %+v; want only the wedge, no recovery request", evs)
 	}
 }
 

@@ -134,7 +134,7 @@ func (s *shared) driverEntry() *cobra.Command {
 				NodeName: node, Keys: k, DriverVersion: version, DriverRoot: h.Path(root),
 				Markers: marker.Dir{Path: h.Path(markers)}, InstallCommand: args,
 			}
-			return driverentry.Run(cmd.Context(), cfg, driverentry.Deps{Client: client, Host: h, Events: rec, Log: log})
+			return driverentry.Run(cmd.Context(), cfg, driverentry.Deps{Nodes: kube.Nodes{Client: client}, Host: h, Events: rec, Log: log})
 		},
 	}
 	f := cmd.Flags()
@@ -189,7 +189,7 @@ func (s *shared) watch() *cobra.Command {
 				}
 				defer stop()
 			}
-			w := health.NewWatcher(cfg, health.Deps{Client: client, Host: h, Clock: clock.RealClock{}, Events: rec, Metrics: metrics, Log: log})
+			w := health.NewWatcher(cfg, health.Deps{Nodes: kube.Nodes{Client: client}, Host: h, Clock: clock.RealClock{}, Events: rec, Metrics: metrics, Log: log})
 			return w.Run(ctx)
 		},
 	}
