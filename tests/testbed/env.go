@@ -116,6 +116,10 @@ func BuildProduct(ctx context.Context, dir string) (string, error) {
 	}
 	cmd := exec.CommandContext(ctx, "go", args...)
 	cmd.Dir = root
+	// Static, as `make build` ships them: a cgo build links Go's plugin
+	// support through kubectl's drain (kustomize) and exports every
+	// symbol, which more than doubles the agents' resident memory.
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("build npu-stack binaries: %w\n%s", err, out)
 	}
