@@ -2,9 +2,10 @@
 // process: per node, the rebooter, the driver pod's entry gate and its
 // health-watch, each through the product's own pure decision functions
 // (reboot.Decide, health.Decide, the health Prober) against an in-memory
-// machine (memhost). One shared informer feeds every node, where the real
-// agents would each hold their own watch: 5,000 watches would measure the
-// simulator, not the rollout.
+// machine (memhost), and the kubelet's part in a reboot (kubelet.go): the
+// new boot ID, and the node's pods restarted in place. One shared informer
+// per kind feeds every node, where the real agents would each hold their
+// own watch: 5,000 watches would measure the simulator, not the rollout.
 //
 // It honours the node contract of DESIGN.md §3 and §5 exactly: reboot
 // bookkeeping before the reboot command, a new status.nodeInfo.bootID after
@@ -64,10 +65,12 @@ type Config struct {
 	Keys   contract.Keys
 	// NodeSelector selects the NPU nodes to play.
 	NodeSelector labels.Selector
-	// DriverNamespace and DriverSelector find the driver pods, whose
+	// Namespace is the chart's: its pods on a node (driver, device
+	// plugin, exporter) are what the simulated kubelet restarts after a
+	// reboot. DriverSelector picks the driver pods among them, whose
 	// driver-version annotation is what a fresh boot loads.
-	DriverNamespace string
-	DriverSelector  labels.Selector
+	Namespace      string
+	DriverSelector labels.Selector
 	// Machine describes every machine; Machine.Driver is loaded at the
 	// first boot.
 	Machine simhost.Spec
@@ -82,6 +85,11 @@ type Config struct {
 // Stats count what the simulated nodes did.
 type Stats struct {
 	Reboots, DriverLoads, Writes, Conflicts, Errors int64
+	// PodRestarts are pods the simulated kubelet restarted in place
+	// after a reboot (the status write that makes KWOK start them again);
+	// KWOKRetries the starts written again because KWOK had not made the
+	// pod Ready in time.
+	PodRestarts, KWOKRetries int64
 }
 
 // Sim is the running fleet simulator.
@@ -98,7 +106,7 @@ type Sim struct {
 	timing   Timing
 	machines map[string]*machine
 
-	reboots, loads, writes, conflicts, errs atomic.Int64
+	reboots, loads, writes, conflicts, errs, restarts, kwokRetries atomic.Int64
 }
 
 // machine is one node's host plus the memory of its agent processes.
@@ -114,6 +122,9 @@ type machine struct {
 	probed   bool   // health-watch: probed this boot
 	probedAt string // driver loaded when it last probed ("" none)
 	lastOK   bool
+	// kubelet: the pods to restart in place after the last reboot (nil:
+	// none left, or no reboot yet).
+	restart *restart
 }
 
 const byNode = "node"
@@ -140,8 +151,7 @@ func New(cfg Config) *Sim {
 	nodeF := informers.NewSharedInformerFactoryWithOptions(cfg.Client, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 		o.LabelSelector = cfg.NodeSelector.String()
 	}))
-	podF := informers.NewSharedInformerFactoryWithOptions(cfg.Client, 0, informers.WithNamespace(cfg.DriverNamespace),
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = cfg.DriverSelector.String() }))
+	podF := informers.NewSharedInformerFactoryWithOptions(cfg.Client, 0, informers.WithNamespace(cfg.Namespace))
 	ni, pi := nodeF.Core().V1().Nodes(), podF.Core().V1().Pods()
 	s.nodes = ni.Lister()
 	_ = pi.Informer().AddIndexers(cache.Indexers{byNode: func(obj any) ([]string, error) {
@@ -193,7 +203,7 @@ func (s *Sim) getTiming() Timing {
 // Stats returns the counters so far.
 func (s *Sim) Stats() Stats {
 	return Stats{Reboots: s.reboots.Load(), DriverLoads: s.loads.Load(), Writes: s.writes.Load(),
-		Conflicts: s.conflicts.Load(), Errors: s.errs.Load()}
+		Conflicts: s.conflicts.Load(), Errors: s.errs.Load(), PodRestarts: s.restarts.Load(), KWOKRetries: s.kwokRetries.Load()}
 }
 
 // Run plays the fleet until ctx ends; it returns once the informers are
@@ -249,10 +259,11 @@ func (s *Sim) machine(name string) *machine {
 	return m
 }
 
-// sync advances one node by at most one API write: each write changes the
-// node's resourceVersion, and the informer's echo of it brings the node
-// back here with a fresh view. It returns when to look again without a
-// change (0: only on a change).
+// sync advances one node by at most one API write (or one batch of the
+// kubelet's pod status writes, which depend on nothing but the pods): each
+// write changes the node's or a pod's resourceVersion, and the informer's
+// echo of it brings the node back here with a fresh view. It returns when
+// to look again without a change (0: only on a change).
 func (s *Sim) sync(ctx context.Context, name string) (time.Duration, error) {
 	node, err := s.nodes.Get(name)
 	if apierrors.IsNotFound(err) {
@@ -273,6 +284,8 @@ func (s *Sim) sync(ctx context.Context, name string) (time.Duration, error) {
 		}
 		m.host.CompleteReboot()
 		m.issuedAt, m.loadAt, m.health, m.probed = time.Time{}, time.Time{}, health.State{}, false
+		boot, _ := m.host.BootID()
+		m.restart = s.podsAtBoot(name, boot)
 	}
 	bootID, _ := m.host.BootID()
 	// The kubelet's part. KWOK's status templates keep a boot ID once
@@ -281,14 +294,22 @@ func (s *Sim) sync(ctx context.Context, name string) (time.Duration, error) {
 	if node.Status.NodeInfo.BootID != bootID {
 		return 0, s.patchBootID(ctx, name, bootID)
 	}
-	for _, step := range []func(context.Context, *corev1.Node, *machine, time.Time) (time.Duration, bool, error){
-		s.rebooter, s.healthWatch, s.driverEntry,
-	} {
-		if after, wrote, err := step(ctx, node, m, now); wrote || err != nil {
-			return after, err
+	// A step that wrote (or must wait) ends the pass; one that only waits
+	// for a time (the kubelet watching KWOK) lets the others carry on.
+	var wake time.Duration
+	for _, step := range []struct {
+		name string
+		run  func(context.Context, *corev1.Node, *machine, time.Time) (time.Duration, bool, error)
+	}{{"kubelet", s.kubelet}, {"rebooter", s.rebooter}, {"health-watch", s.healthWatch}, {"driver entry", s.driverEntry}} {
+		after, wrote, err := step.run(ctx, node, m, now)
+		if wrote || err != nil {
+			s.cfg.Log.WithFields(logrus.Fields{"node": name, "step": step.name, "lookAgain": minPositive(after, wake), "rv": node.ResourceVersion}).Debug("simulated node: pass ends")
+			return minPositive(after, wake), err
 		}
+		wake = minPositive(wake, after)
 	}
-	return 0, nil
+	s.cfg.Log.WithFields(logrus.Fields{"node": name, "lookAgain": wake, "rv": node.ResourceVersion}).Debug("simulated node: nothing to do")
+	return wake, nil
 }
 
 func (s *Sim) patchBootID(ctx context.Context, name, bootID string) error {
@@ -330,7 +351,10 @@ func (s *Sim) rebooter(ctx context.Context, node *corev1.Node, m *machine, now t
 				if act.ConsumeApproval {
 					change.Annotations[k.ApproveReboot()] = nil
 				}
-				if err := s.patchIf(ctx, node, change); err != nil {
+				// A reboot whose bookkeeping did not land must not happen:
+				// the real rebooter decides again on the newer node (the
+				// rollout may have changed it, e.g. withdrawn the request).
+				if wrote, err := s.patchIf(ctx, node, change); err != nil || !wrote {
 					return 0, true, err
 				}
 			}
@@ -352,7 +376,7 @@ func (s *Sim) rebooter(ctx context.Context, node *corev1.Node, m *machine, now t
 				Annotations: map[string]*string{k.RebootReason(): nil, k.RebootFromBootID(): nil,
 					k.RebootStartedAt(): nil, k.RebootStartedReason(): nil},
 			}
-			if err := s.patchIf(ctx, node, change); err != nil {
+			if wrote, err := s.patchIf(ctx, node, change); err != nil || !wrote {
 				return 0, true, err
 			}
 			m.slotHeld = false
@@ -435,7 +459,7 @@ func (s *Sim) driverPod(node string) *corev1.Pod {
 	var best *corev1.Pod
 	for _, o := range objs {
 		p := o.(*corev1.Pod)
-		if p.DeletionTimestamp != nil || p.Annotations[s.cfg.Keys.DriverSpecVersion()] == "" {
+		if !s.isDriver(p) || p.DeletionTimestamp != nil {
 			continue
 		}
 		if best == nil || p.CreationTimestamp.After(best.CreationTimestamp.Time) {
@@ -451,14 +475,16 @@ func (s *Sim) patch(ctx context.Context, name string, change kube.NodeChange) er
 	return err
 }
 
-// patchIf writes at the node's resourceVersion; a conflict means the
-// informer has a newer node on its way, which brings the node back.
-func (s *Sim) patchIf(ctx context.Context, node *corev1.Node, change kube.NodeChange) error {
+// patchIf writes at the node's resourceVersion; wrote is false on a
+// conflict, which means the informer has a newer node on its way, which
+// brings the node back.
+func (s *Sim) patchIf(ctx context.Context, node *corev1.Node, change kube.NodeChange) (wrote bool, err error) {
 	s.writes.Add(1)
-	_, err := kube.PatchNodeIf(ctx, s.cfg.Client, node.Name, node.ResourceVersion, change)
+	_, err = kube.PatchNodeIf(ctx, s.cfg.Client, node.Name, node.ResourceVersion, change)
 	if apierrors.IsConflict(err) {
 		s.conflicts.Add(1)
-		return nil
+		s.cfg.Log.WithField("node", node.Name).Debug("simulated node: conflict; deciding again on the newer node")
+		return false, nil
 	}
-	return err
+	return err == nil, err
 }

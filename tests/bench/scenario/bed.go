@@ -93,7 +93,7 @@ func Setup(ctx context.Context, cfg Config) (*Bed, error) {
 	nodeSel := labels.SelectorFromSet(labels.Set{contract.LabelNPUPresent: contract.True})
 	driverSel, _ := labels.Parse(driverApp)
 	b.sim = fleet.New(fleet.Config{
-		Client: simClient, Keys: keys, NodeSelector: nodeSel, DriverNamespace: Namespace, DriverSelector: driverSel,
+		Client: simClient, Keys: keys, NodeSelector: nodeSel, Namespace: Namespace, DriverSelector: driverSel,
 		Machine: simhost.Spec{Chip: "910b", ChipCount: 8, Driver: firstVersion},
 		Clock:   clock.RealClock{}, Recorder: b.events, Log: cfg.Log,
 	})
@@ -164,14 +164,14 @@ func addNodes(ctx context.Context, env *testbed.Env, n int) error {
 	return nil
 }
 
-// startRecorder watches nodes and the re-roll target pods for the step
+// startRecorder watches nodes and the pods of the chart (driver, device
+// plugin, exporter: what validation waits for after a reboot) for the step
 // latencies.
 func (b *Bed) startRecorder(ctx context.Context, client kubernetes.Interface, nodeSel labels.Selector) error {
 	nf := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 		o.LabelSelector = nodeSel.String()
 	}))
-	pf := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(Namespace),
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = "app!=npu-driver-daemonset" }))
+	pf := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(Namespace))
 	ni, pi := nf.Core().V1().Nodes().Informer(), pf.Core().V1().Pods().Informer()
 	_, _ = ni.AddEventHandler(b.rec.NodeHandler())
 	_, _ = pi.AddEventHandler(b.rec.PodHandler())

@@ -71,7 +71,10 @@ func (b *Bed) Run(ctx context.Context, spec Spec) (report.Scenario, error) {
 		return out, err
 	}
 	out.Wall, out.RolloutCPU, out.RolloutPeakMB = report.S(wall), report.S(usage.CPU), procstat.MiB(usage.PeakRSS)
-	out.SimWrites = b.sim.Stats().Writes - simBefore.Writes
+	simAfter := b.sim.Stats()
+	out.SimWrites = simAfter.Writes - simBefore.Writes
+	out.SimPodRestarts = simAfter.PodRestarts - simBefore.PodRestarts
+	out.SimKWOKRetries = simAfter.KWOKRetries - simBefore.KWOKRetries
 
 	if out.Upgraded, err = b.checkUpgraded(ctx, version); err != nil {
 		return out, err

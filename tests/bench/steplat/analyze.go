@@ -11,22 +11,35 @@ import (
 type Kind string
 
 const (
-	// Immediate: a step that needs nothing from the cluster (cordon,
-	// no jobs to wait for, no NPU pods, drain off, uncordon): allowed as
-	// soon as the previous step was written.
-	Immediate Kind = "previous step done"
-	// Rebooted: the node reports a new boot ID → validation-required.
-	Rebooted Kind = "boot ID changed"
-	// DriverReady: driver-ready=true with the new version → re-roll.
-	DriverReady Kind = "driver ready"
-	// PodsReady: the re-rolled pods are Ready → uncordon-required.
-	PodsReady Kind = "re-rolled pods Ready"
-	// Admitted: a node left the parallelism budget → a queued node starts.
+	// Admitted: a node left the parallelism budget → a queued node is
+	// admitted (leaves upgrade-required, or no state, for any state in
+	// progress, however far its write goes).
 	Admitted Kind = "budget freed"
+	// Immediate: a step that needs nothing from the cluster (cordon, no
+	// jobs to wait for, no NPU pods, drain off, uncordon), allowed as soon
+	// as the previous step was written. Counted only where the node was
+	// seen in such a state, i.e. where the rollout wrote the previous step
+	// on its own; a state the rollout passes through inside one write has
+	// no latency of its own.
+	Immediate Kind = "previous step done"
+	// Rebooted: the node reports a new boot ID → the node leaves
+	// reboot-required (for validation-required, or further in the same
+	// write).
+	Rebooted Kind = "boot ID changed"
+	// Validated: the node's driver-ready=true with the new version and its
+	// pods Ready again after the reboot (restarted in place, or re-created
+	// by a re-roll), whichever came last → the node leaves
+	// validation-required for uncordon-required or done (also when the
+	// same write left reboot-required).
+	Validated Kind = "driver-ready and pods Ready again"
+	// Rerolled: driver-ready=true with the new version → the rollout
+	// deletes the node's pods that started before the driver was ready
+	// (none when the kubelet restarted them in place after the driver).
+	Rerolled Kind = "driver ready → re-roll"
 )
 
-// Kinds in report order.
-var Kinds = []Kind{Immediate, Rebooted, DriverReady, PodsReady, Admitted}
+// Kinds in report order (the order of the steps in a node's upgrade).
+var Kinds = []Kind{Admitted, Immediate, Rebooted, Validated, Rerolled}
 
 // Latencies are the measured step latencies by kind.
 type Latencies map[Kind][]time.Duration
@@ -56,6 +69,18 @@ var immediate = map[string]bool{
 	string(contract.StateUncordonRequired): true,
 }
 
+// afterReboot are the states a node may go to when it leaves
+// reboot-required on its new boot; afterValidation those when it leaves
+// validation-required.
+var (
+	afterReboot = map[string]bool{
+		string(contract.StateValidationRequired): true, string(contract.StateUncordonRequired): true, string(contract.StateDone): true,
+	}
+	afterValidation = map[string]bool{string(contract.StateUncordonRequired): true, string(contract.StateDone): true}
+)
+
+func inProgress(state string) bool { return contract.UpgradeState(state).InProgress() }
+
 // Analyze computes the latencies of one rollout to version desired with
 // the given effective parallelism (the first parallelism admissions were
 // allowed by the start of the rollout, not by a freed slot).
@@ -84,55 +109,84 @@ func Analyze(t Timelines, desired string, parallelism int) Latencies {
 }
 
 // analyzeNode adds the node's own step latencies to out and returns its
-// admission and slot-freeing times.
+// admission and slot-freeing times. Each state change seen is one write
+// of the rollout, which may have taken several steps at once.
 func analyzeNode(ss []NodeSample, pods []*PodSample, desired string, out Latencies) (admissions, frees []time.Time) {
 	enter := time.Time{} // when the current state was first seen
 	var rebootBoot string
+	var bootAt time.Time // when the new boot was first seen (zero: not yet)
 	var rerollAt time.Time
 	for i, s := range ss {
 		if i == 0 {
 			enter = s.At
+			if s.State == string(contract.StateRebootRequired) {
+				rebootBoot = s.BootID
+			}
 			continue
 		}
 		prev := ss[i-1]
 		if s.State != prev.State {
 			from, to := prev.State, s.State
-			switch {
-			case from == string(contract.StateUpgradeRequired) && to == string(contract.StateCordonRequired):
+			if (from == string(contract.StateDone) || from == string(contract.StateUpgradeRequired)) && inProgress(to) {
 				admissions = append(admissions, s.At)
-			case immediate[from]:
+			}
+			if immediate[from] {
 				out[Immediate] = append(out[Immediate], s.At.Sub(enter))
-			case from == string(contract.StateRebootRequired) && to == string(contract.StateValidationRequired):
-				if at, ok := firstAfter(ss[:i], enter, func(x NodeSample) bool { return x.BootID != rebootBoot }); ok {
-					out[Rebooted] = append(out[Rebooted], s.At.Sub(at))
-				}
-			case from == string(contract.StateValidationRequired) && to == string(contract.StateUncordonRequired):
-				if at, ok := lastReady(pods, rerollAt); ok && !at.After(s.At) {
-					out[PodsReady] = append(out[PodsReady], s.At.Sub(at))
+			}
+			if from == string(contract.StateRebootRequired) && afterReboot[to] && !bootAt.IsZero() {
+				out[Rebooted] = append(out[Rebooted], s.At.Sub(bootAt))
+			}
+			passedValidation := from == string(contract.StateValidationRequired) ||
+				(from == string(contract.StateRebootRequired) && to != string(contract.StateValidationRequired))
+			if passedValidation && afterValidation[to] && !bootAt.IsZero() {
+				if at, ok := validatedAt(ss[:i], pods, bootAt, s.At, desired); ok {
+					out[Validated] = append(out[Validated], s.At.Sub(at))
 				}
 			}
-			if to == string(contract.StateDone) || to == string(contract.StateFailed) {
-				if from != string(contract.StateUpgradeRequired) && from != string(contract.StateDone) {
-					frees = append(frees, s.At)
-				}
+			if inProgress(from) && !inProgress(to) {
+				frees = append(frees, s.At)
 			}
 			if to == string(contract.StateRebootRequired) {
-				rebootBoot = s.BootID
+				rebootBoot, bootAt = s.BootID, time.Time{}
 			}
 			if to == string(contract.StateValidationRequired) {
 				rerollAt = time.Time{}
 			}
 			enter = s.At
 		}
+		if s.State == string(contract.StateRebootRequired) && bootAt.IsZero() && s.BootID != rebootBoot {
+			bootAt = s.At
+		}
 		if s.State == string(contract.StateValidationRequired) && s.Rerolled && !prev.Rerolled && rerollAt.IsZero() {
 			rerollAt = s.At
-			ready := func(x NodeSample) bool { return x.DriverReady && x.DriverVersion == desired }
-			if at, ok := firstAfter(ss[:i], enter, ready); ok {
-				out[DriverReady] = append(out[DriverReady], s.At.Sub(at))
+			if at, ok := firstAfter(ss[:i], bootAt, driverReady(desired)); ok && !bootAt.IsZero() {
+				out[Rerolled] = append(out[Rerolled], s.At.Sub(at))
 			}
 		}
 	}
 	return admissions, frees
+}
+
+func driverReady(desired string) func(NodeSample) bool {
+	return func(x NodeSample) bool { return x.DriverReady && x.DriverVersion == desired }
+}
+
+// validatedAt is when the node's validation became possible after the
+// boot seen at boot, as of the write seen at step: driver-ready=true with
+// the desired version, and every pod of the node present at step Ready
+// again, whichever came last. A pod Ready since before driver-ready (one
+// never restarted, Ready since before the boot) is no cause.
+func validatedAt(ss []NodeSample, pods []*PodSample, boot, step time.Time, desired string) (time.Time, bool) {
+	at, ok := firstAfter(ss, boot, driverReady(desired))
+	if !ok {
+		return time.Time{}, false
+	}
+	for _, p := range pods {
+		if r, ready := p.ReadyBy(step); ready && r.After(at) {
+			at = r
+		}
+	}
+	return at, true
 }
 
 // firstAfter is when cond first held in ss at or after since (the sample
@@ -144,20 +198,6 @@ func firstAfter(ss []NodeSample, since time.Time, cond func(NodeSample) bool) (t
 		}
 	}
 	return time.Time{}, false
-}
-
-// lastReady is when the last pod first seen after the re-roll became Ready.
-func lastReady(pods []*PodSample, rerollAt time.Time) (time.Time, bool) {
-	var last time.Time
-	for _, p := range pods {
-		if rerollAt.IsZero() || p.FirstSeen.Before(rerollAt) || p.ReadyAt.IsZero() {
-			continue
-		}
-		if p.ReadyAt.After(last) {
-			last = p.ReadyAt
-		}
-	}
-	return last, !last.IsZero()
 }
 
 func sortTimes(ts []time.Time) {

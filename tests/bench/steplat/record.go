@@ -1,9 +1,12 @@
 // Package steplat measures the rollout's step latency: for each node,
-// from the moment the cluster allows the next step (the node's new boot
-// ID, driver-ready, its re-rolled pods Ready, a slot in the parallelism
-// budget freed, or simply the previous step done) to the moment the
-// rollout's write taking that step is seen. Both moments are receive times
-// of one watch in the benchmark process, so the watch's delivery delay
+// from the moment the cluster allows a step (a slot in the parallelism
+// budget freed, the node's new boot ID, its driver-ready and its pods
+// Ready again after the reboot, driver-ready before a re-roll, or simply
+// the previous step done) to the moment the rollout's write taking that
+// step is seen. The rollout takes every step the cluster allows in one
+// node patch, so one write may take several steps; each step with a cause
+// of its own is measured against its cause. Both moments are receive times
+// of watches in the benchmark process, so the watches' delivery delay
 // mostly cancels out; the resolution is that of the Go monotonic clock,
 // the accuracy a few milliseconds of event delivery.
 package steplat
@@ -28,12 +31,38 @@ type NodeSample struct {
 	Rerolled      bool
 }
 
-// PodSample is a re-roll target pod: when it was first seen and when it
-// was first seen Ready (zero: never).
+// PodSample is a pod of the node's stack (driver, device plugin,
+// exporter): when it was first seen, every time it was seen becoming
+// Ready (created Ready, or NotReady → Ready: its first start, and again
+// after each in-place restart of its containers, same UID) or NotReady,
+// and when it was seen deleted (zero: not).
 type PodSample struct {
-	Node      string
-	FirstSeen time.Time
-	ReadyAt   time.Time
+	Node       string
+	FirstSeen  time.Time
+	ReadyAt    []time.Time
+	NotReadyAt []time.Time
+	GoneAt     time.Time
+}
+
+// ReadyBy is when the pod last became Ready at or before t, if it is
+// still Ready and not deleted at t.
+func (p *PodSample) ReadyBy(t time.Time) (time.Time, bool) {
+	if !p.GoneAt.IsZero() && !p.GoneAt.After(t) {
+		return time.Time{}, false
+	}
+	last := func(ts []time.Time) (time.Time, bool) {
+		for i := len(ts) - 1; i >= 0; i-- {
+			if !ts[i].After(t) {
+				return ts[i], true
+			}
+		}
+		return time.Time{}, false
+	}
+	up, ok := last(p.ReadyAt)
+	if down, wasDown := last(p.NotReadyAt); !ok || (wasDown && down.After(up)) {
+		return time.Time{}, false
+	}
+	return up, true
 }
 
 // Timelines are the samples of one rollout.
@@ -61,12 +90,19 @@ func (r *Recorder) reset() {
 	r.t = Timelines{Nodes: map[string][]NodeSample{}, Pods: map[string]*PodSample{}}
 }
 
-// Take returns the samples so far and starts afresh.
+// Take returns the samples so far and starts afresh from each node as
+// last seen: a node's first write may take several steps (no state →
+// reboot-required), so the next timelines need the state it left.
 func (r *Recorder) Take() Timelines {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	t := r.t
 	r.reset()
+	for name, ss := range t.Nodes {
+		if len(ss) > 0 {
+			r.t.Nodes[name] = []NodeSample{ss[len(ss)-1]}
+		}
+	}
 	return t
 }
 
@@ -97,26 +133,63 @@ func sameFacts(a, b NodeSample) bool {
 	return a == b
 }
 
-// PodHandler records re-roll target pods (the caller filters).
+// PodHandler records the pods of the nodes' stack (the caller filters):
+// a pod restarted in place keeps its UID, so each NotReady → Ready edge
+// it goes through is kept, not only its first.
 func (r *Recorder) PodHandler() cache.ResourceEventHandler {
-	f := func(obj any) {
-		p, ok := obj.(*corev1.Pod)
-		if !ok || p.Spec.NodeName == "" {
-			return
-		}
-		now := r.now()
-		r.mu.Lock()
-		defer r.mu.Unlock()
+	sample := func(p *corev1.Pod, now time.Time) *PodSample {
 		s := r.t.Pods[string(p.UID)]
 		if s == nil {
 			s = &PodSample{Node: p.Spec.NodeName, FirstSeen: now}
 			r.t.Pods[string(p.UID)] = s
 		}
-		if s.ReadyAt.IsZero() && podReady(p) {
-			s.ReadyAt = now
-		}
+		return s
 	}
-	return cache.ResourceEventHandlerFuncs{AddFunc: f, UpdateFunc: func(_, o any) { f(o) }}
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc: func(obj any) {
+			p, ok := obj.(*corev1.Pod)
+			if !ok || p.Spec.NodeName == "" {
+				return
+			}
+			now := r.now()
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			s := sample(p, now)
+			if podReady(p) && len(s.ReadyAt) == 0 {
+				s.ReadyAt = append(s.ReadyAt, now)
+			}
+		},
+		UpdateFunc: func(oldObj, obj any) {
+			p, ok := obj.(*corev1.Pod)
+			old, okOld := oldObj.(*corev1.Pod)
+			if !ok || !okOld || p.Spec.NodeName == "" {
+				return
+			}
+			now := r.now()
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			s := sample(p, now)
+			switch was, is := podReady(old), podReady(p); {
+			case is && !was:
+				s.ReadyAt = append(s.ReadyAt, now)
+			case was && !is:
+				s.NotReadyAt = append(s.NotReadyAt, now)
+			}
+		},
+		DeleteFunc: func(obj any) {
+			if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = d.Obj
+			}
+			p, ok := obj.(*corev1.Pod)
+			if !ok || p.Spec.NodeName == "" {
+				return
+			}
+			now := r.now()
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			sample(p, now).GoneAt = now
+		},
+	}
 }
 
 func podReady(p *corev1.Pod) bool {

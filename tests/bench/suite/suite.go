@@ -80,7 +80,11 @@ type Config struct {
 	// RolloutArgs are added to every rollout's arguments.
 	RolloutArgs []string
 	OutDir      string
-	Log         *logrus.Logger
+	// KeepControlPlane keeps each control plane's directory (its
+	// components' logs, KWOK's among them) under OutDir instead of a
+	// temporary directory removed at the end.
+	KeepControlPlane bool
+	Log              *logrus.Logger
 }
 
 // Run runs the plan and writes results.md and results.json to OutDir. It
@@ -106,9 +110,10 @@ func Run(ctx context.Context, cfg Config) (report.Report, error) {
 var fixedNotes = []string{
 	"Per-node time is simulated: reboot (drain included: the simulated nodes run no workloads) plus driver load; the realistic time is a 10-minute node upgrade scaled 1:30.",
 	"Wall time runs from the start of `npu-hooks rollout` (a real process, run with the chart's hook arguments) to its exit 0; the driver DaemonSet replacing its pods before it (what `helm upgrade --wait` waits for) is not counted.",
-	"Requests are counted by a proxy between `npu-hooks rollout` and the API server; writes include the Events it records (NPUDriverUpgrade per transition, RebootRequired) and its Lease renewals.",
-	"Step latency: receive times of one watch in the benchmark process (Go monotonic clock); it includes the rollout's queueing behind other nodes' steps and the API server's latency under the load of the whole fleet.",
+	"Requests are counted by a proxy between `npu-hooks rollout` and the API server; writes include the Events it records (one NPUDriverUpgrade per node patch that changes the state, naming every state it passes; RebootRequired) and its Lease renewals. `delete pods` are the re-roll of device-plugin and exporter pods found started before their node's driver was ready.",
+	"Step latency: receive times of the node and pod watches of the benchmark process (Go monotonic clock), from what allowed a step to the rollout's write taking it seen; it includes the rollout's queueing behind other nodes' steps and the API server's latency under the load of the whole fleet. The rollout takes every transition the cluster allows in one node patch (e.g. no state → reboot-required, validation-required → up to date), so a step counts only where something had to happen first: budget freed (a queued node admitted after a node in progress finished), boot ID changed (leaving reboot-required), driver-ready and pods Ready again (leaving validation-required: the node's driver-ready=true with the new version and its driver, device-plugin and exporter pods Ready again after the reboot, whichever came last), driver ready → re-roll (the deletion of pods started before the driver was ready); previous step done only for a state the rollout left in a write of its own.",
 	"The node side (rebooter, driver entry, health-watch of every KWOK node) is played in the benchmark process with the product's pure decision functions on in-memory hosts and unlimited reboot slots; KWOK keeps the nodes Ready during their simulated reboot.",
+	"The benchmark also plays the kubelet's part in a reboot: a new boot ID, and the node's pods of the chart namespace restarted in place (same pod UID), not re-created. From the boot the device-plugin and exporter pods are held not Ready, their containers waiting as behind their `validate --wait` init container; the driver pod restarts once the driver load completes; the held pods start once the driver pod is Ready again and the node has driver-ready=true. Each restart is a write to the pod's status (phase Pending, not Ready) that KWOK's pod-ready stage answers with fresh Ready conditions and container start times, so the pods start after the driver became ready and the rollout has nothing to re-roll. The driver pod shows the Ready of the previous boot until the driver load completes (the rollout waits for the new driver-version label meanwhile). A started pod that KWOK has not made Ready again within 5 s is started again (KWOK plays a stage once per pod event and does not retry a rejected status patch); how often, if ever, is shown under the request table.",
 }
 
 func runFleet(ctx context.Context, cfg Config, f Fleet, agents bool, r *report.Report) ([]report.Scenario, error) {
@@ -118,7 +123,15 @@ func runFleet(ctx context.Context, cfg Config, f Fleet, agents bool, r *report.R
 		return nil, fmt.Errorf("log dir %s: %w", dir, err)
 	}
 	log.Info("starting a control plane")
-	env, err := testbed.NewEnv(ctx, testbed.Options{})
+	var err error
+	var opts testbed.Options
+	if cfg.KeepControlPlane {
+		if opts.Dir, err = os.MkdirTemp(dir, "controlplane-"); err != nil {
+			return nil, fmt.Errorf("control plane dir: %w", err)
+		}
+		log.WithField("dir", opts.Dir).Info("keeping the control plane's directory")
+	}
+	env, err := testbed.NewEnv(ctx, opts)
 	if err != nil {
 		return nil, fmt.Errorf("test bed for %d nodes: %w", f.Nodes, err)
 	}
@@ -152,7 +165,8 @@ func runFleet(ctx context.Context, cfg Config, f Fleet, agents bool, r *report.R
 			return out, fmt.Errorf("scenario N=%d parallelism %s per-node %s: %w", f.Nodes, spec.Parallelism.Label, spec.Timing.Total(), err)
 		}
 		slog.WithFields(logrus.Fields{"wall": fmt.Sprintf("%.1fs", s.Wall), "writesPerNode": fmt.Sprintf("%.1f", s.WritesPerNode()),
-			"peakMiB": fmt.Sprintf("%.0f", s.RolloutPeakMB), "stepP99": fmt.Sprintf("%.3fs", s.Steps.P99)}).Info("rollout done")
+			"peakMiB": fmt.Sprintf("%.0f", s.RolloutPeakMB), "stepP99": fmt.Sprintf("%.3fs", s.Steps.P99),
+			"podsRestartedInPlace": s.SimPodRestarts, "kwokRetries": s.SimKWOKRetries}).Info("rollout done")
 		out = append(out, s)
 	}
 	return out, nil

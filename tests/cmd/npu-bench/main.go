@@ -23,6 +23,8 @@ func main() {
 	out := flag.String("out", ".cache/bench", "directory for results.md, results.json and logs")
 	var extra stringList
 	flag.Var(&extra, "rollout-arg", "extra argument of every `npu-hooks rollout` (repeatable), to try a setting before changing its default")
+	debug := flag.Bool("debug", false, "log the simulated nodes' steps (kubelet restarts, retried failures) too")
+	keep := flag.Bool("keep-controlplane", false, "keep each control plane's directory (component logs, KWOK's among them) under --out")
 	render := flag.String("render", "", "only re-render results.md (with the targets re-evaluated) from this results.json, into --out")
 	flag.Parse()
 	if *render != "" {
@@ -36,6 +38,9 @@ func main() {
 	}
 	log := logrus.New()
 	log.SetOutput(os.Stderr)
+	if *debug {
+		log.SetLevel(logrus.DebugLevel)
+	}
 	plan, err := suite.PlanFor(*mode)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "npu-bench:", err)
@@ -43,7 +48,7 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	r, err := suite.Run(ctx, suite.Config{Plan: plan, OutDir: *out, Log: log, RolloutArgs: extra})
+	r, err := suite.Run(ctx, suite.Config{Plan: plan, OutDir: *out, Log: log, RolloutArgs: extra, KeepControlPlane: *keep})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "npu-bench: broken function:", err)
 		os.Exit(1)
