@@ -356,7 +356,7 @@ func decideValidation(b builder, n NodeView, p Policy, s Snapshot, now time.Time
 		}
 	}
 	if wait == "" {
-		return []Action{b.transition(n, contract.StateUncordonRequired, "validated: driver "+n.Loaded+" ready, device plugin re-rolled")}, "", 0
+		return []Action{b.transition(n, contract.StateUncordonRequired, "validated: driver "+n.Loaded+" ready, re-roll targets started after it")}, "", 0
 	}
 	elapsed := now.Sub(n.Since)
 	if p.RebootTimeout > 0 && elapsed >= p.RebootTimeout {
