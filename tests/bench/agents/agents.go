@@ -416,10 +416,10 @@ func waitLine(ctx context.Context, p *proc, substr string) (time.Time, error) {
 
 // helpRSS is the peak RSS of `bin --help`: the cost of loading the
 // executable and its package initialisers, before any work. It is the
-// process's VmHWM at its exit (see statusAtExit), not wait4's maxrss,
-// which for a child of this process is this process's own peak.
+// process's VmHWM at its exit (see procstat.RunToExit), not wait4's
+// maxrss, which for a child of this process is this process's own peak.
 func helpRSS(ctx context.Context, dir, bin string) (float64, error) {
-	u, err := statusAtExit(ctx, filepath.Join(dir, bin), "--help")
+	u, err := procstat.RunToExit(ctx, exec.Command(filepath.Join(dir, bin), "--help"))
 	if err != nil {
 		return 0, fmt.Errorf("%s --help: %w", bin, err)
 	}

@@ -75,7 +75,11 @@ type Config struct {
 	// first boot.
 	Machine simhost.Spec
 	Workers int
-	Clock   clock.WithTickerAndDelayedExecution
+	// HeartbeatEvery is how often each node's Lease is renewed (0:
+	// DefaultHeartbeatEvery); it must stay well under the controller
+	// manager's --node-monitor-grace-period.
+	HeartbeatEvery time.Duration
+	Clock          clock.WithTickerAndDelayedExecution
 	// Recorder receives the rebooter's Rebooting and RebootCompleted
 	// events (nil: none).
 	Recorder reboot.Recorder
@@ -133,6 +137,9 @@ const byNode = "node"
 func New(cfg Config) *Sim {
 	if cfg.Workers <= 0 {
 		cfg.Workers = 32
+	}
+	if cfg.HeartbeatEvery < renewTick {
+		cfg.HeartbeatEvery = DefaultHeartbeatEvery
 	}
 	s := &Sim{
 		cfg: cfg,

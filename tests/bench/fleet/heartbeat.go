@@ -21,22 +21,25 @@ import (
 // manager's grace period (50 s) the node lifecycle controller takes every
 // KWOK node for dead and marks its pods NotReady, which would stall any
 // rollout longer than that. The simulator renews a Lease per node in
-// kube-node-lease, as kubelets do (they renew every 10 s; 20 s is enough
-// and costs the API server less).
+// kube-node-lease, as kubelets do (they renew every 10 s; by default the
+// simulator every 20 s, which is enough for the 50 s grace and costs the
+// API server less; Config.HeartbeatEvery for larger fleets, whose control
+// plane is then started with a longer grace).
 const (
 	leaseNamespace = corev1.NamespaceNodeLease
-	leaseDuration  = 40
-	renewEvery     = 20 * time.Second
-	renewTick      = 100 * time.Millisecond
-	renewParallel  = 8
+	// DefaultHeartbeatEvery fits the controller manager's default grace
+	// period of 50 s.
+	DefaultHeartbeatEvery = 20 * time.Second
+	renewTick             = 100 * time.Millisecond
+	renewParallel         = 8
 )
 
-// heartbeats renews each node's Lease once per renewEvery, spread over
-// the period by a hash of the node name so that the writes are even. A
-// slow API server delays a bucket but never skips it (a ticker drops the
-// ticks its reader misses): every bucket due by now is renewed.
+// heartbeats renews each node's Lease once per HeartbeatEvery, spread
+// over the period by a hash of the node name so that the writes are even.
+// A slow API server delays a bucket but never skips it (a ticker drops
+// the ticks its reader misses): every bucket due by now is renewed.
 func (s *Sim) heartbeats(ctx context.Context) {
-	buckets := int(renewEvery / renewTick)
+	buckets := int(s.cfg.HeartbeatEvery / renewTick)
 	t := s.cfg.Clock.NewTicker(renewTick)
 	defer t.Stop()
 	start := s.cfg.Clock.Now()
@@ -105,7 +108,7 @@ func (s *Sim) renew(ctx context.Context, n *corev1.Node) error {
 		ObjectMeta: metav1.ObjectMeta{Name: n.Name, Namespace: leaseNamespace, OwnerReferences: []metav1.OwnerReference{{
 			APIVersion: "v1", Kind: "Node", Name: n.Name, UID: n.UID,
 		}}},
-		Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(n.Name), LeaseDurationSeconds: ptr.To[int32](leaseDuration), RenewTime: &now},
+		Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(n.Name), LeaseDurationSeconds: ptr.To(int32(2 * s.cfg.HeartbeatEvery / time.Second)), RenewTime: &now},
 	}, metav1.CreateOptions{})
 	if err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("create the heartbeat lease of node %s: %w", n.Name, err)

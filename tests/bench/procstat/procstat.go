@@ -9,7 +9,6 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 )
 
@@ -48,16 +47,6 @@ func Read(pid int) (Usage, error) {
 		return Usage{}, fmt.Errorf("process %d: %w", pid, err)
 	}
 	return Usage{CPU: cpu, PeakRSS: hwm, RSS: rss, AnonRSS: anon}, nil
-}
-
-// FromProcessState is the usage of an exited child, from wait4's rusage:
-// exact, with no sampling gap at the end of the process.
-func FromProcessState(ps *os.ProcessState) Usage {
-	u := Usage{CPU: ps.UserTime() + ps.SystemTime()}
-	if ru, ok := ps.SysUsage().(*syscall.Rusage); ok {
-		u.PeakRSS = ru.Maxrss * 1024 // kilobytes on Linux
-	}
-	return u
 }
 
 // ParseStat returns utime+stime from the contents of /proc/<pid>/stat.

@@ -57,7 +57,10 @@ type Config struct {
 	Nodes int
 	// Dir receives the rollout logs.
 	Dir string
-	Log logrus.FieldLogger
+	// HeartbeatEvery is the simulated kubelets' Lease renewal period (0:
+	// fleet.DefaultHeartbeatEvery).
+	HeartbeatEvery time.Duration
+	Log            logrus.FieldLogger
 }
 
 // Bed is a control plane with N simulated NPU nodes running the chart.
@@ -94,8 +97,9 @@ func Setup(ctx context.Context, cfg Config) (*Bed, error) {
 	driverSel, _ := labels.Parse(driverApp)
 	b.sim = fleet.New(fleet.Config{
 		Client: simClient, Keys: keys, NodeSelector: nodeSel, Namespace: Namespace, DriverSelector: driverSel,
-		Machine: simhost.Spec{Chip: "910b", ChipCount: 8, Driver: firstVersion},
-		Clock:   clock.RealClock{}, Recorder: b.events, Log: cfg.Log,
+		Machine:        simhost.Spec{Chip: "910b", ChipCount: 8, Driver: firstVersion},
+		HeartbeatEvery: cfg.HeartbeatEvery,
+		Clock:          clock.RealClock{}, Recorder: b.events, Log: cfg.Log,
 	})
 	if err := b.sim.Run(runCtx); err != nil {
 		b.Close()

@@ -105,16 +105,14 @@ func (b *Bed) rollout(ctx context.Context, args []string, logPath string, timeou
 	all := append(append([]string{}, args...), "--kubeconfig="+b.kubecfg, "--lease-identity=npu-bench")
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, filepath.Join(b.cfg.Env.ProductBinDir, "npu-hooks"), all...)
+	cmd := exec.Command(filepath.Join(b.cfg.Env.ProductBinDir, "npu-hooks"), all...)
 	cmd.Env = withoutKubeconfig(os.Environ())
 	cmd.Stdout, cmd.Stderr = logf, logf
 	start := time.Now()
-	if err := cmd.Start(); err != nil {
-		return 0, procstat.Usage{}, fmt.Errorf("start npu-hooks rollout: %w", err)
-	}
-	err = cmd.Wait()
+	// Its own peak, read at its exit: wait4's would be the benchmark's,
+	// which holds every node and pod of the fleet.
+	usage, err := procstat.RunToExit(ctx, cmd)
 	wall := time.Since(start)
-	usage := procstat.FromProcessState(cmd.ProcessState)
 	if err != nil {
 		return wall, usage, fmt.Errorf("npu-hooks rollout %s failed after %s: %w; log: %s\n%s", strings.Join(args, " "), wall.Round(time.Millisecond), err, logPath, tail(logPath, 20))
 	}

@@ -38,6 +38,21 @@ type Fleet struct {
 	Specs []scenario.Spec
 }
 
+// heartbeat is the Lease renewal period of the simulated kubelets and the
+// controller manager's grace period for a fleet of n nodes. Up to 1,000
+// nodes: 20 s and the default 50 s. Beyond, both grow with the fleet so
+// that renewals stay at 50 writes a second: a real fleet of 5,000 nodes
+// has a control plane sized for its 500 renewals a second, the 2-core
+// test machine does not, and the renewals are not what is measured.
+func heartbeat(n int) (every, grace time.Duration) {
+	every = fleet.DefaultHeartbeatEvery
+	if n > 1000 {
+		every = every * time.Duration((n+999)/1000)
+		return every, every * 5 / 2
+	}
+	return every, 0
+}
+
 // Plan is what a mode runs.
 type Plan struct {
 	Mode   string
@@ -72,6 +87,32 @@ func PlanFor(mode string) (Plan, error) {
 		}, nil
 	}
 	return Plan{}, fmt.Errorf("BENCH=%q: want quick or full", mode)
+}
+
+// Only keeps the fleets of the given sizes (none given: all), to re-run
+// one fleet size of a plan; a size the plan does not have is an error.
+func (p Plan) Only(sizes []int) (Plan, error) {
+	if len(sizes) == 0 {
+		return p, nil
+	}
+	var kept []Fleet
+	for _, n := range sizes {
+		found := false
+		for _, f := range p.Fleets {
+			if f.Nodes == n {
+				kept, found = append(kept, f), true
+			}
+		}
+		if !found {
+			var have []string
+			for _, f := range p.Fleets {
+				have = append(have, fmt.Sprint(f.Nodes))
+			}
+			return p, fmt.Errorf("mode %s has no fleet of %d nodes (it has %s)", p.Mode, n, strings.Join(have, ", "))
+		}
+	}
+	p.Fleets = kept
+	return p, nil
 }
 
 // Config runs a Plan.
@@ -125,6 +166,8 @@ func runFleet(ctx context.Context, cfg Config, f Fleet, agents bool, r *report.R
 	log.Info("starting a control plane")
 	var err error
 	var opts testbed.Options
+	beat, grace := heartbeat(f.Nodes)
+	opts.NodeMonitorGracePeriod = grace
 	if cfg.KeepControlPlane {
 		if opts.Dir, err = os.MkdirTemp(dir, "controlplane-"); err != nil {
 			return nil, fmt.Errorf("control plane dir: %w", err)
@@ -149,7 +192,7 @@ func runFleet(ctx context.Context, cfg Config, f Fleet, agents bool, r *report.R
 		r.Agents, r.Wedge = ag, wedge
 	}
 	start := time.Now()
-	bed, err := scenario.Setup(ctx, scenario.Config{Env: env, Nodes: f.Nodes, Dir: dir, Log: log})
+	bed, err := scenario.Setup(ctx, scenario.Config{Env: env, Nodes: f.Nodes, Dir: dir, HeartbeatEvery: beat, Log: log})
 	if err != nil {
 		return nil, err
 	}

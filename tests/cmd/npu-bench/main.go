@@ -10,6 +10,8 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strconv"
+	"strings"
 	"syscall"
 
 	"github.com/sirupsen/logrus"
@@ -25,6 +27,8 @@ func main() {
 	flag.Var(&extra, "rollout-arg", "extra argument of every `npu-hooks rollout` (repeatable), to try a setting before changing its default")
 	debug := flag.Bool("debug", false, "log the simulated nodes' steps (kubelet restarts, retried failures) too")
 	keep := flag.Bool("keep-controlplane", false, "keep each control plane's directory (component logs, KWOK's among them) under --out")
+	var only intList
+	flag.Var(&only, "nodes", "run only the fleets of these sizes of the mode (comma-separated, e.g. 5000); results.json then holds only them")
 	render := flag.String("render", "", "only re-render results.md (with the targets re-evaluated) from this results.json, into --out")
 	flag.Parse()
 	if *render != "" {
@@ -42,6 +46,9 @@ func main() {
 		log.SetLevel(logrus.DebugLevel)
 	}
 	plan, err := suite.PlanFor(*mode)
+	if err == nil {
+		plan, err = plan.Only(only)
+	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "npu-bench:", err)
 		os.Exit(2)
@@ -62,6 +69,21 @@ func envOr(key, def string) string {
 		return v
 	}
 	return def
+}
+
+type intList []int
+
+func (l *intList) String() string { return fmt.Sprint(*l) }
+
+func (l *intList) Set(v string) error {
+	for _, f := range strings.Split(v, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n <= 0 {
+			return fmt.Errorf("%q is not a node count", f)
+		}
+		*l = append(*l, n)
+	}
+	return nil
 }
 
 type stringList []string

@@ -1,0 +1,58 @@
+package suite
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestOnlyKeepsTheAskedFleetsInTheirOrder(t *testing.T) {
+	full, err := PlanFor("full")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := full.Only([]int{5000, 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(p.Fleets) != 2 || p.Fleets[0].Nodes != 5000 || p.Fleets[1].Nodes != 100 {
+		t.Fatalf("fleets %+v: want 5000 then 100", p.Fleets)
+	}
+	if len(p.Fleets[0].Specs) == 0 {
+		t.Fatal("a kept fleet lost its scenarios")
+	}
+	if p, _ := full.Only(nil); len(p.Fleets) != len(full.Fleets) {
+		t.Fatalf("no sizes must keep all %d fleets, kept %d", len(full.Fleets), len(p.Fleets))
+	}
+	if _, err := full.Only([]int{300}); err == nil || !strings.Contains(err.Error(), "100, 1000, 5000") {
+		t.Fatalf("an unknown size must be refused naming the sizes there are, got %v", err)
+	}
+}
+
+func TestHeartbeatStaysWithinTheGracePeriod(t *testing.T) {
+	for _, tc := range []struct {
+		nodes       int
+		every       time.Duration
+		customGrace bool
+	}{
+		{100, 20 * time.Second, false},
+		{1000, 20 * time.Second, false},
+		{1001, 40 * time.Second, true},
+		{5000, 100 * time.Second, true},
+	} {
+		every, grace := heartbeat(tc.nodes)
+		if every != tc.every {
+			t.Errorf("N=%d: renew every %s, want %s", tc.nodes, every, tc.every)
+		}
+		effective := grace
+		if effective == 0 {
+			effective = 50 * time.Second // the controller manager's default
+		}
+		if (grace != 0) != tc.customGrace || effective < 2*every {
+			t.Errorf("N=%d: grace %s for renewals every %s: want at least two renewals per grace period", tc.nodes, grace, every)
+		}
+		if rate := float64(tc.nodes) / every.Seconds(); rate > 50 {
+			t.Errorf("N=%d: %.0f renewals a second, want at most 50", tc.nodes, rate)
+		}
+	}
+}
