@@ -2,20 +2,13 @@ package fleet
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
+	"fmt"
 	"testing"
 	"time"
 
-	"github.com/sirupsen/logrus"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes/fake"
-	k8stesting "k8s.io/client-go/testing"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/openfuyao/npu-stack/internal/contract"
@@ -23,110 +16,196 @@ import (
 	"github.com/openfuyao/npu-stack/tests/bench/memhost"
 )
 
-const ns = "stack"
-
-func stackPod(name, uid string, driver bool) *corev1.Pod {
-	keys := contract.Keys{Domain: contract.DefaultDomain}
+// stackPod creates a pod of the chart on node (spec.nodeName set: no
+// scheduler) and makes it Running and Ready, as KWOK had started it.
+func stackPod(ctx context.Context, t *testing.T, ns, node, name string, driver bool, policy corev1.RestartPolicy, ip string) *corev1.Pod {
+	t.Helper()
 	p := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, UID: types.UID(uid), Labels: map[string]string{"app": name}},
-		Spec: corev1.PodSpec{NodeName: "n", RestartPolicy: corev1.RestartPolicyAlways,
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{"app": name}},
+		Spec: corev1.PodSpec{NodeName: node, RestartPolicy: policy,
 			InitContainers: []corev1.Container{{Name: "wait-for-driver", Image: "hw"}, {Name: "cdi", Image: "hw"}},
 			Containers:     []corev1.Container{{Name: "main", Image: "img"}}},
-		Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "10.0.0.1", PodIPs: []corev1.PodIP{{IP: "10.0.0.1"}},
-			Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}},
 	}
 	if driver {
 		p.Labels["app"] = "npu-driver-daemonset"
-		p.Annotations = map[string]string{keys.DriverSpecVersion(): "2"}
+		p.Annotations = map[string]string{testKeys.DriverSpecVersion(): "2"}
+	}
+	p, err := env.Client.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Scheduled, which no patch of the simulator names: a status patch
+	// that merges conditions by type keeps it.
+	setCondition(p, corev1.PodScheduled, corev1.ConditionTrue, time.Unix(900, 0))
+	kwokReady(p, time.Unix(900, 0), ip)
+	if p, err = env.Client.CoreV1().Pods(ns).UpdateStatus(ctx, p, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
 	}
 	return p
 }
 
-// patchBody is what a status patch of the pod said, decoded.
-type patchBody struct {
-	Status struct {
-		Phase             *corev1.PodPhase         `json:"phase"`
-		Message           *string                  `json:"message"`
-		PodIP             *string                  `json:"podIP"`
-		Conditions        []corev1.PodCondition    `json:"conditions"`
-		ContainerStatuses []corev1.ContainerStatus `json:"containerStatuses"`
-		InitStatuses      []corev1.ContainerStatus `json:"initContainerStatuses"`
-	} `json:"status"`
-	raw map[string]map[string]any
+// kwokReady is what KWOK's pod-ready stage (kwok-stages.yaml) writes:
+// Running and Ready, the containers started now (init containers
+// completed), a pod IP; status.message is not part of it, so it is kept.
+func kwokReady(p *corev1.Pod, now time.Time, ip string) {
+	t := metav1.NewTime(now)
+	p.Status.Phase = corev1.PodRunning
+	for _, c := range []corev1.PodConditionType{corev1.PodInitialized, corev1.PodReady, corev1.ContainersReady} {
+		setCondition(p, c, corev1.ConditionTrue, now)
+	}
+	p.Status.ContainerStatuses, p.Status.InitContainerStatuses = nil, nil
+	for _, c := range p.Spec.Containers {
+		p.Status.ContainerStatuses = append(p.Status.ContainerStatuses, corev1.ContainerStatus{Name: c.Name, Image: c.Image, Ready: true,
+			State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: t}}})
+	}
+	for _, c := range p.Spec.InitContainers {
+		p.Status.InitContainerStatuses = append(p.Status.InitContainerStatuses, corev1.ContainerStatus{Name: c.Name, Image: c.Image, Ready: true,
+			State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{Reason: "Completed", StartedAt: t, FinishedAt: t}}})
+	}
+	p.Status.PodIP, p.Status.PodIPs = ip, []corev1.PodIP{{IP: ip}}
+}
+
+func setCondition(p *corev1.Pod, typ corev1.PodConditionType, st corev1.ConditionStatus, now time.Time) {
+	c := corev1.PodCondition{Type: typ, Status: st, LastTransitionTime: metav1.NewTime(now)}
+	for i := range p.Status.Conditions {
+		if p.Status.Conditions[i].Type == typ {
+			p.Status.Conditions[i] = c
+			return
+		}
+	}
+	p.Status.Conditions = append(p.Status.Conditions, c)
+}
+
+func condition(p *corev1.Pod, typ corev1.PodConditionType) corev1.ConditionStatus {
+	for _, c := range p.Status.Conditions {
+		if c.Type == typ {
+			return c.Status
+		}
+	}
+	return ""
+}
+
+// held is the status of a pod the kubelet holds at boot: still Running,
+// not Ready, its containers waiting for the first init container, which
+// runs; no restart mark.
+func held(p *corev1.Pod) bool {
+	s := p.Status
+	return s.Phase == corev1.PodRunning && s.Message == "" && condition(p, corev1.PodReady) == corev1.ConditionFalse &&
+		len(s.ContainerStatuses) > 0 && s.ContainerStatuses[0].State.Waiting != nil && s.ContainerStatuses[0].State.Running == nil &&
+		len(s.InitContainerStatuses) > 0 && s.InitContainerStatuses[0].State.Running != nil
+}
+
+// started is the status of a pod whose containers the kubelet started
+// again: Pending and not Ready for KWOK's pod-ready stage, with the boot's
+// mark.
+func started(p *corev1.Pod, mark string) bool {
+	return p.Status.Phase == corev1.PodPending && p.Status.Message == mark && condition(p, corev1.PodReady) == corev1.ConditionFalse
+}
+
+func getPod(ctx context.Context, t *testing.T, ns, name string) *corev1.Pod {
+	t.Helper()
+	p, err := env.Client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// setNodeLabel writes a label of the node on the API server and returns
+// the node as written (what the simulator's informer hands its agents).
+func setNodeLabel(ctx context.Context, t *testing.T, node, key, value string) *corev1.Node {
+	t.Helper()
+	patch := fmt.Sprintf(`{"metadata":{"labels":{%q:%q}}}`, key, value)
+	n, err := env.Client.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
 }
 
 func TestKubeletRestartsPodsInPlaceAfterReboot(t *testing.T) {
-	keys := contract.Keys{Domain: contract.DefaultDomain}
-	drv, plugin, exporter := stackPod("driver", "u-drv", true), stackPod("plugin", "u-dp", false), stackPod("exporter", "u-ex", false)
-	job := stackPod("job", "u-job", false)
-	job.Spec.RestartPolicy = corev1.RestartPolicyNever
-	client := fake.NewClientset(drv, plugin, exporter, job)
-	writes := map[string][]patchBody{} // pod → status patches, in order
-	client.PrependReactor("patch", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
-		pa := a.(k8stesting.PatchAction)
-		if pa.GetSubresource() != "status" || pa.GetPatchType() != types.StrategicMergePatchType {
-			t.Errorf("pod %s patched with %s on %q, want a strategic merge patch of status", pa.GetName(), pa.GetPatchType(), pa.GetSubresource())
-		}
-		var b patchBody
-		if err := json.Unmarshal(pa.GetPatch(), &b); err != nil {
-			t.Fatal(err)
-		}
-		_ = json.Unmarshal(pa.GetPatch(), &b.raw)
-		writes[pa.GetName()] = append(writes[pa.GetName()], b)
-		return false, nil, nil
-	})
+	ctx := testCtx(t)
+	ns := newNamespace(ctx, t)
+	node := newNode(ctx, t, nil, nil)
 	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
-	sel, _ := labels.Parse("app=npu-driver-daemonset")
-	s := New(Config{Client: client, Keys: keys, NodeSelector: labels.Everything(), Namespace: ns, DriverSelector: sel,
-		Machine: simhost.Spec{Chip: "910b", ChipCount: 8}, Clock: clk, Log: logrus.New()})
-	// The cache holds the pods at resourceVersion 1; the fake API server
-	// answers a patch with "" (a changed pod, as far as the kubelet can
-	// tell).
-	for _, p := range []*corev1.Pod{drv, plugin, exporter, job} {
-		p.ResourceVersion = "1"
-		if err := s.pods.Add(p); err != nil {
-			t.Fatal(err)
+	s := newSim(t, ns, clk)
+	names := []string{"driver", "plugin", "exporter", "job"}
+	pods := map[string]*corev1.Pod{} // as the API server last showed them
+	for i, name := range names {
+		policy := corev1.RestartPolicyAlways
+		if name == "job" {
+			policy = corev1.RestartPolicyNever
 		}
+		pods[name] = stackPod(ctx, t, ns, node.Name, name, name == "driver", policy, fmt.Sprintf("10.0.0.%d", i+1))
 	}
-	ctx := context.Background()
-	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n", Labels: map[string]string{}}}
+	startInformers(ctx, t, s)
+	for _, p := range pods {
+		catchUp(ctx, t, s, p)
+	}
 	m := &machine{host: memhost.New(simhost.Spec{Chip: "910b", ChipCount: 8}, clk)} // booted, no driver loaded yet
+
+	// writes counts the simulator's status writes per pod: a write that
+	// changed the pod shows as a new resourceVersion on the API server.
+	writes := map[string]int{}
 	pass := func(wantWrite bool) time.Duration {
 		t.Helper()
 		after, wrote, err := s.kubelet(ctx, node, m, clk.Now())
 		if err != nil || wrote != wantWrite {
 			t.Fatalf("kubelet pass: wrote %v, err %v; want a write: %v", wrote, err, wantWrite)
 		}
+		changed := 0
+		for _, name := range names {
+			p := getPod(ctx, t, ns, name)
+			if p.ResourceVersion != pods[name].ResourceVersion {
+				writes[name]++
+				changed++
+			}
+			pods[name] = p
+			// The informer's echo of the write, before the next pass.
+			catchUp(ctx, t, s, p)
+		}
+		if wrote != (changed > 0) {
+			t.Fatalf("kubelet pass says wrote %v, but %d pods changed on the API server", wrote, changed)
+		}
 		return after
 	}
-	// kwok plays KWOK's pod-ready stage on the cached pod: Ready, the
-	// status message kept.
-	kwok := func(p *corev1.Pod) {
+	// kwok plays KWOK's pod-ready stage on the pod by hand: a real status
+	// update, Ready, the status message kept (the restart mark).
+	ips := 10
+	kwok := func(name string) {
 		t.Helper()
-		ready := p.DeepCopy()
-		ready.Status.Message = m.restart.mark()
-		if err := s.pods.Update(ready); err != nil {
+		p := pods[name].DeepCopy()
+		if p.Status.Message != m.restart.mark() {
+			t.Fatalf("%s: KWOK would keep the message %q, not the restart mark", name, p.Status.Message)
+		}
+		ips++
+		kwokReady(p, clk.Now(), fmt.Sprintf("10.0.0.%d", ips))
+		p, err := env.Client.CoreV1().Pods(ns).UpdateStatus(ctx, p, metav1.UpdateOptions{})
+		if err != nil {
 			t.Fatal(err)
 		}
+		pods[name] = p
+		catchUp(ctx, t, s, p)
 	}
 
 	pass(false) // first boot: nothing to restart
-	m.restart = s.podsAtBoot("n", "boot-2")
-	if len(m.restart.pods) != 3 {
-		t.Fatalf("restarting %d pods, want the driver, plugin and exporter (not the job)", len(m.restart.pods))
+	m.restart = s.podsAtBoot(node.Name, "boot-2")
+	if m.restart == nil || len(m.restart.pods) != 3 {
+		t.Fatalf("restarting %+v, want the driver, plugin and exporter (not the job)", m.restart)
 	}
 
 	pass(true) // hold the plugin and exporter at boot
 	for _, name := range []string{"plugin", "exporter"} {
-		w := writes[name]
-		if len(w) != 1 || *w[0].Status.Phase != corev1.PodRunning || w[0].Status.Message != nil || len(w[0].Status.Conditions) == 0 ||
-			w[0].Status.Conditions[0].Status != corev1.ConditionFalse || w[0].Status.ContainerStatuses[0].State.Waiting == nil ||
-			w[0].Status.ContainerStatuses[0].State.Running != nil || w[0].Status.InitStatuses[0].State.Running == nil {
-			t.Fatalf("%s: %d hold patches, the first %+v", name, len(w), w[0].Status)
+		p := pods[name]
+		if writes[name] != 1 || !held(p) {
+			t.Fatalf("%s: %d status writes, status after them %+v; want one write holding it", name, writes[name], p.Status)
+		}
+		if condition(p, corev1.PodScheduled) != corev1.ConditionTrue {
+			t.Fatalf("%s: the hold dropped the PodScheduled condition (not a strategic merge patch of the status?): %+v", name, p.Status.Conditions)
 		}
 	}
-	if len(writes["driver"]) != 0 || len(writes["job"]) != 0 {
-		t.Fatalf("driver or job written at boot: %d, %d patches", len(writes["driver"]), len(writes["job"]))
+	if writes["driver"] != 0 || writes["job"] != 0 {
+		t.Fatalf("driver or job written at boot: %d, %d writes", writes["driver"], writes["job"])
 	}
 	pass(false) // the driver is not loaded yet
 
@@ -134,100 +213,140 @@ func TestKubeletRestartsPodsInPlaceAfterReboot(t *testing.T) {
 		t.Fatal(err)
 	}
 	pass(true) // the driver pod restarts once the load completes
-	w := writes["driver"]
-	if len(w) != 1 || *w[0].Status.Phase != corev1.PodPending || *w[0].Status.Message != m.restart.mark() ||
-		w[0].raw["status"]["podIP"] != nil || w[0].raw["status"]["podIPs"] != nil {
-		t.Fatalf("driver start patches: %d, the first %+v", len(w), w[0].Status)
+	if d := pods["driver"]; writes["driver"] != 1 || !started(d, m.restart.mark()) {
+		t.Fatalf("driver: %d start writes, status after them %+v", writes["driver"], d.Status)
 	}
-	if _, cleared := w[0].raw["status"]["podIPs"]; !cleared {
-		t.Fatal("driver start patch keeps the pod IP KWOK assigns again")
+	if d := pods["driver"]; d.Status.PodIP != "" || len(d.Status.PodIPs) != 0 {
+		t.Fatalf("driver start keeps the pod IP KWOK assigns again: podIP %q, podIPs %v", d.Status.PodIP, d.Status.PodIPs)
 	}
-	node.Labels[keys.DriverReady()] = contract.True
-	// The cache still has the driver pod Ready from before its restart
-	// (no mark): wait, and look again when KWOK is late.
+	node = setNodeLabel(ctx, t, node.Name, testKeys.DriverReady(), contract.True)
+	// The driver pod is not Ready again yet: wait, and look again when
+	// KWOK is late.
 	if after := pass(false); after != kwokStartTimeout {
 		t.Fatalf("waiting for KWOK, look again after %s, want %s", after, kwokStartTimeout)
 	}
 	clk.Step(kwokStartTimeout)
 	pass(true) // KWOK lost the stamp: the start is written again
-	if len(writes["driver"]) != 2 || s.Stats().KWOKRetries != 1 {
-		t.Fatalf("driver patches %d, KWOK retries %d; want 2, 1", len(writes["driver"]), s.Stats().KWOKRetries)
+	if writes["driver"] != 2 || s.Stats().KWOKRetries != 1 || !started(pods["driver"], m.restart.mark()) {
+		t.Fatalf("driver writes %d, KWOK retries %d; want 2, 1; status %+v", writes["driver"], s.Stats().KWOKRetries, pods["driver"].Status)
 	}
 
-	kwok(drv)
-	node.Labels[keys.DriverReady()] = contract.False
+	kwok("driver")
+	node = setNodeLabel(ctx, t, node.Name, testKeys.DriverReady(), contract.False)
 	pass(false) // driver-ready not reported
-	node.Labels[keys.DriverReady()] = contract.True
+	node = setNodeLabel(ctx, t, node.Name, testKeys.DriverReady(), contract.True)
 	pass(true) // now the held pods start
 	for _, name := range []string{"plugin", "exporter"} {
-		if w := writes[name]; len(w) != 2 || *w[1].Status.Phase != corev1.PodPending || *w[1].Status.Message != m.restart.mark() {
-			t.Fatalf("%s: %d patches, the last %+v", name, len(w), w[len(w)-1].Status)
+		if p := pods[name]; writes[name] != 2 || !started(p, m.restart.mark()) {
+			t.Fatalf("%s: %d writes, status after them %+v", name, writes[name], p.Status)
 		}
 	}
 	pass(false)
 	if m.restart == nil {
 		t.Fatal("done before KWOK started the plugin and exporter")
 	}
-	kwok(plugin)
-	kwok(exporter)
+	kwok("plugin")
+	kwok("exporter")
 	pass(false)
-	if m.restart != nil || s.Stats().PodRestarts != 4 || len(writes["driver"]) != 2 || len(writes["job"]) != 0 {
-		t.Fatalf("restart left %+v, %d restarts, %d driver patches, %d job patches", m.restart, s.Stats().PodRestarts, len(writes["driver"]), len(writes["job"]))
+	if m.restart != nil || s.Stats().PodRestarts != 4 || writes["driver"] != 2 || writes["job"] != 0 {
+		t.Fatalf("restart left %+v, %d restarts, %d driver writes, %d job writes", m.restart, s.Stats().PodRestarts, writes["driver"], writes["job"])
 	}
 }
 
 func TestKubeletNoOpPatchIsNoWrite(t *testing.T) {
-	keys := contract.Keys{Domain: contract.DefaultDomain}
-	plugin := stackPod("plugin", "u-dp", false)
-	plugin.ResourceVersion = "7"
-	client := fake.NewClientset()
-	// The API server already says what the patch says: it answers with
-	// the pod unchanged, and no watch event follows.
-	client.PrependReactor("patch", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
-		return true, plugin.DeepCopy(), nil
-	})
+	ctx := testCtx(t)
+	ns := newNamespace(ctx, t)
+	node := newNode(ctx, t, nil, nil)
 	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
-	sel, _ := labels.Parse("app=npu-driver-daemonset")
-	s := New(Config{Client: client, Keys: keys, NodeSelector: labels.Everything(), Namespace: ns, DriverSelector: sel, Clock: clk, Log: logrus.New()})
-	if err := s.pods.Add(plugin); err != nil {
-		t.Fatal(err)
-	}
+	s := newSim(t, ns, clk)
+	plugin := stackPod(ctx, t, ns, node.Name, "plugin", false, corev1.RestartPolicyAlways, "10.0.0.1")
+	startInformers(ctx, t, s)
+	catchUp(ctx, t, s, plugin)
 	m := &machine{host: memhost.New(simhost.Spec{Chip: "910b", ChipCount: 8}, clk)}
-	m.restart = s.podsAtBoot("n", "boot-2")
-	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n"}}
-	if _, wrote, err := s.kubelet(context.Background(), node, m, clk.Now()); err != nil || wrote {
+
+	// One real pass brings the pod into exactly the held state.
+	m.restart = s.podsAtBoot(node.Name, "boot-2")
+	if _, wrote, err := s.kubelet(ctx, node, m, clk.Now()); err != nil || !wrote {
+		t.Fatalf("first hold: wrote %v, err %v; want a write", wrote, err)
+	}
+	heldPod := getPod(ctx, t, ns, plugin.Name)
+	if heldPod.ResourceVersion == plugin.ResourceVersion || !held(heldPod) {
+		t.Fatalf("first hold did not hold the pod: resourceVersion %s -> %s, status %+v", plugin.ResourceVersion, heldPod.ResourceVersion, heldPod.Status)
+	}
+	catchUp(ctx, t, s, heldPod)
+
+	// Another boot within the same second: the hold says exactly what the
+	// pod already says, the API server keeps the pod as it is, and no watch
+	// event follows.
+	m.restart = s.podsAtBoot(node.Name, "boot-3")
+	if m.restart == nil {
+		t.Fatal("the held pod is not restarted at the next boot")
+	}
+	if _, wrote, err := s.kubelet(ctx, node, m, clk.Now()); err != nil || wrote {
 		t.Fatalf("a hold that changed nothing: wrote %v, err %v; want no write (nothing will bring the node back)", wrote, err)
 	}
-	if !m.restart.pods["u-dp"].held {
+	if after := getPod(ctx, t, ns, plugin.Name); after.ResourceVersion != heldPod.ResourceVersion {
+		t.Fatalf("the second hold changed the pod on the API server (resourceVersion %s -> %s): the test's premise is off", heldPod.ResourceVersion, after.ResourceVersion)
+	}
+	if pr := m.restart.pods[plugin.UID]; pr == nil || !pr.held {
 		t.Fatal("pod not held")
 	}
 }
 
 func TestRebooterDoesNotRebootWhenItsBookkeepingConflicts(t *testing.T) {
-	keys := contract.Keys{Domain: contract.DefaultDomain}
-	client := fake.NewClientset()
-	conflict := true
-	client.PrependReactor("patch", "nodes", func(a k8stesting.Action) (bool, runtime.Object, error) {
-		if conflict {
-			return true, nil, apierrors.NewConflict(corev1.Resource("nodes"), "n", errors.New("the object has been modified"))
-		}
-		return true, &corev1.Node{}, nil
-	})
+	ctx := testCtx(t)
+	keys := testKeys
+	stale := newNode(ctx, t, map[string]string{keys.RebootRequired(): contract.True},
+		map[string]string{keys.RebootReason(): string(contract.ReasonUpgrade)})
+	// The node changes on the API server after the rebooter's view of it:
+	// its bookkeeping, written at that view's resourceVersion, conflicts.
+	bump := `{"metadata":{"annotations":{"fleet-test/changed":"after the rebooter read the node"}}}`
+	if _, err := env.Client.CoreV1().Nodes().Patch(ctx, stale.Name, types.MergePatchType, []byte(bump), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
-	s := New(Config{Client: client, Keys: keys, NodeSelector: labels.Everything(), Namespace: ns, DriverSelector: labels.Everything(), Clock: clk, Log: logrus.New()})
-	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n", ResourceVersion: "5",
-		Labels:      map[string]string{keys.RebootRequired(): contract.True},
-		Annotations: map[string]string{keys.RebootReason(): string(contract.ReasonUpgrade)}}}
+	s := newSim(t, metav1.NamespaceDefault, clk)
 	m := &machine{host: memhost.New(simhost.Spec{Chip: "910b", ChipCount: 8, Driver: "1"}, clk)}
+	bootID, _ := m.host.BootID()
 	clk.Step(time.Hour) // past any uptime guard
-	if _, wrote, err := s.rebooter(context.Background(), node, m, clk.Now()); err != nil || !wrote {
+	if _, wrote, err := s.rebooter(ctx, stale, m, clk.Now()); err != nil || !wrote {
 		t.Fatalf("rebooter: wrote %v, err %v", wrote, err)
 	}
 	if m.host.RebootPending() || s.Stats().Reboots != 0 {
 		t.Fatal("rebooted although the reboot bookkeeping was refused (the rollout may have withdrawn the request meanwhile)")
 	}
-	conflict = false
-	if _, _, err := s.rebooter(context.Background(), node, m, clk.Now()); err != nil || !m.host.RebootPending() {
-		t.Fatalf("no reboot once the bookkeeping lands: err %v", err)
+	if s.Stats().Conflicts != 1 {
+		t.Fatalf("%d conflicts counted, want 1", s.Stats().Conflicts)
+	}
+	getNode := func() *corev1.Node {
+		t.Helper()
+		n, err := env.Client.CoreV1().Nodes().Get(ctx, stale.Name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if n := getNode(); n.Annotations[keys.RebootFromBootID()] != "" {
+		t.Fatalf("the bookkeeping landed on the API server from a stale node: %v", n.Annotations)
+	}
+
+	// With the node fresh from the API server the bookkeeping lands and
+	// the reboot happens. The controller manager writes new nodes too
+	// (taints, the TTL annotation); a conflict with one of those is
+	// decided again on the newer node, as the informer would bring it.
+	for attempt := 1; !m.host.RebootPending(); attempt++ {
+		conflicts := s.Stats().Conflicts
+		if _, wrote, err := s.rebooter(ctx, getNode(), m, clk.Now()); err != nil || !wrote {
+			t.Fatalf("rebooter on the fresh node: wrote %v, err %v", wrote, err)
+		}
+		if !m.host.RebootPending() && (s.Stats().Conflicts == conflicts || attempt == 5) {
+			t.Fatalf("no reboot once the bookkeeping can land (attempt %d, %d conflicts)", attempt, s.Stats().Conflicts)
+		}
+	}
+	if s.Stats().Reboots != 1 {
+		t.Fatalf("%d reboots counted, want 1", s.Stats().Reboots)
+	}
+	if n := getNode(); n.Annotations[keys.RebootFromBootID()] != bootID || n.Annotations[keys.RebootStartedReason()] != string(contract.ReasonUpgrade) {
+		t.Fatalf("reboot bookkeeping on the API server: %v; want from boot ID %s, reason upgrade", n.Annotations, bootID)
 	}
 }
