@@ -94,6 +94,10 @@ type Stats struct {
 	// KWOKRetries the starts written again because KWOK had not made the
 	// pod Ready in time.
 	PodRestarts, KWOKRetries int64
+	// HeartbeatMaxLag is the longest a bucket of node Leases was renewed
+	// after its turn: near HeartbeatEvery, the controller manager's grace
+	// period is at risk.
+	HeartbeatMaxLag time.Duration
 }
 
 // Sim is the running fleet simulator.
@@ -111,6 +115,7 @@ type Sim struct {
 	machines map[string]*machine
 
 	reboots, loads, writes, conflicts, errs, restarts, kwokRetries atomic.Int64
+	beatLag                                                        atomic.Int64 // nanoseconds
 }
 
 // machine is one node's host plus the memory of its agent processes.
@@ -210,7 +215,8 @@ func (s *Sim) getTiming() Timing {
 // Stats returns the counters so far.
 func (s *Sim) Stats() Stats {
 	return Stats{Reboots: s.reboots.Load(), DriverLoads: s.loads.Load(), Writes: s.writes.Load(),
-		Conflicts: s.conflicts.Load(), Errors: s.errs.Load(), PodRestarts: s.restarts.Load(), KWOKRetries: s.kwokRetries.Load()}
+		Conflicts: s.conflicts.Load(), Errors: s.errs.Load(), PodRestarts: s.restarts.Load(), KWOKRetries: s.kwokRetries.Load(),
+		HeartbeatMaxLag: time.Duration(s.beatLag.Load())}
 }
 
 // Run plays the fleet until ctx ends; it returns once the informers are

@@ -31,7 +31,10 @@ const (
 	// period of 50 s.
 	DefaultHeartbeatEvery = 20 * time.Second
 	renewTick             = 100 * time.Millisecond
-	renewParallel         = 8
+	// renewParallel bounds the renewals in flight: under the load of a
+	// 5,000-node rollout one takes up to a few hundred milliseconds, and
+	// the renewals must keep up with the period or leases expire.
+	renewParallel = 32
 )
 
 // heartbeats renews each node's Lease once per HeartbeatEvery, spread
@@ -62,6 +65,16 @@ func (s *Sim) heartbeats(ctx context.Context) {
 				}
 			}
 			s.renewAll(ctx, due)
+			// How late this bucket was renewed: the figure to compare with
+			// the grace period when the node lifecycle controller marks
+			// pods NotReady.
+			lag := s.cfg.Clock.Since(start) - time.Duration(done+1)*renewTick
+			for {
+				old := s.beatLag.Load()
+				if int64(lag) <= old || s.beatLag.CompareAndSwap(old, int64(lag)) {
+					break
+				}
+			}
 		}
 		select {
 		case <-ctx.Done():

@@ -63,6 +63,9 @@ type Scenario struct {
 	// because KWOK had not made the pod Ready in time.
 	SimPodRestarts int64 `json:"simulatedPodRestarts"`
 	SimKWOKRetries int64 `json:"simulatedKWOKRetries,omitempty"`
+	// SimHeartbeatMaxLag is the latest the simulator renewed a bucket of
+	// node Leases, since the fleet was set up (seconds).
+	SimHeartbeatMaxLag Seconds `json:"simulatedHeartbeatMaxLagSeconds,omitempty"`
 }
 
 // Name labels the scenario.

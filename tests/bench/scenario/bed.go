@@ -220,12 +220,48 @@ func (b *Bed) waitSettled(ctx context.Context, version string) error {
 	return b.waitDaemonSets(ctx, false)
 }
 
+// stallAfter is how long the DaemonSets may show no change before the
+// fleet counts as stuck.
+const stallAfter = 5 * time.Minute
+
 // waitDaemonSets waits for a Ready pod of every DaemonSet on every node;
 // with driverUpdated, the driver DaemonSet's pods must also all be of its
 // current template (what `helm upgrade --wait` waits for before the
 // post-upgrade hook runs the rollout).
 func (b *Bed) waitDaemonSets(ctx context.Context, driverUpdated bool) error {
-	var last string
+	// A fleet that stops progressing is broken (pods marked NotReady by
+	// the node lifecycle controller stay so: KWOK does not make them Ready
+	// again), not slow: end the wait with what is known.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var (
+		mu       sync.Mutex
+		last     string
+		progress = time.Now()
+		stalled  error
+	)
+	go func() {
+		t := time.NewTicker(15 * time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			mu.Lock()
+			idle := time.Since(progress)
+			if idle > stallAfter {
+				stalled = fmt.Errorf("no DaemonSet progressed for %s (node Lease renewals up to %s late; a lease older than the controller manager's grace period makes it mark the node's pods NotReady)",
+					idle.Round(time.Second), b.sim.Stats().HeartbeatMaxLag.Round(time.Millisecond))
+			}
+			mu.Unlock()
+			if stalled != nil {
+				cancel()
+				return
+			}
+		}
+	}()
 	err := testbed.WaitFor(ctx, cache.NewListWatchFromClient(b.cfg.Env.Client.AppsV1().RESTClient(), "daemonsets", Namespace, fields.Everything()),
 		&appsv1.DaemonSet{}, func(dss []*appsv1.DaemonSet) (bool, error) {
 			var not []string
@@ -239,10 +275,19 @@ func (b *Bed) waitDaemonSets(ctx context.Context, driverUpdated bool) error {
 					not = append(not, fmt.Sprintf("%s (%d/%d ready, %d updated)", ds.Name, st.NumberReady, st.DesiredNumberScheduled, st.UpdatedNumberScheduled))
 				}
 			}
-			last = strings.Join(not, ", ")
+			mu.Lock()
+			defer mu.Unlock()
+			if now := strings.Join(not, ", "); now != last {
+				last, progress = now, time.Now()
+			}
 			return len(dss) >= 3 && len(not) == 0, nil
 		})
 	if err != nil {
+		mu.Lock()
+		defer mu.Unlock()
+		if stalled != nil {
+			err = stalled
+		}
 		return fmt.Errorf("waiting for the DaemonSets (%s): %w", last, err)
 	}
 	return nil
