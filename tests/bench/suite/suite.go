@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"time"
 
@@ -218,17 +219,39 @@ func runFleet(ctx context.Context, cfg Config, f Fleet, agents bool, r *report.R
 	return out, nil
 }
 
-// Rerender reads a results.json, re-evaluates the targets and writes
-// results.md and results.json to dir.
-func Rerender(jsonPath, dir string) (report.Report, error) {
+// Rerender reads one or more results.json (the runs of fleet sizes run
+// apart with -nodes), re-evaluates the targets and writes results.md and
+// results.json to dir. Scenarios are concatenated in the order given;
+// the agent and wedge figures are the last run's that has them; the date
+// lists every run's.
+func Rerender(jsonPaths []string, dir string) (report.Report, error) {
 	var r report.Report
-	b, err := os.ReadFile(jsonPath)
-	if err != nil {
-		return r, fmt.Errorf("read %s: %w", jsonPath, err)
+	var dates []string
+	for _, p := range jsonPaths {
+		var one report.Report
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return r, fmt.Errorf("read %s: %w", p, err)
+		}
+		if err := json.Unmarshal(b, &one); err != nil {
+			return r, fmt.Errorf("decode %s: %w", p, err)
+		}
+		if len(jsonPaths) > 1 && r.Mode != "" && (one.Mode != r.Mode || one.Machine != r.Machine) {
+			return r, fmt.Errorf("%s is a %s run on %+v, the others %s on %+v: not one table", p, one.Mode, one.Machine, r.Mode, r.Machine)
+		}
+		r.Mode, r.Machine = one.Mode, one.Machine
+		dates = append(dates, one.Date)
+		r.Scenarios = append(r.Scenarios, one.Scenarios...)
+		if len(one.Agents) > 0 {
+			r.Agents, r.Wedge = one.Agents, one.Wedge
+		}
+		for _, n := range one.Notes {
+			if !slices.Contains(r.Notes, n) {
+				r.Notes = append(r.Notes, n)
+			}
+		}
 	}
-	if err := json.Unmarshal(b, &r); err != nil {
-		return r, fmt.Errorf("decode %s: %w", jsonPath, err)
-	}
+	r.Date = strings.Join(dates, " and ")
 	r.Targets = report.Targets(r)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return r, fmt.Errorf("output dir %s: %w", dir, err)

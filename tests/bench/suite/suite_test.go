@@ -1,9 +1,14 @@
 package suite
 
 import (
+	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/openfuyao/npu-stack/tests/bench/report"
 )
 
 func TestOnlyKeepsTheAskedFleetsInTheirOrder(t *testing.T) {
@@ -54,5 +59,45 @@ func TestHeartbeatStaysWithinTheGracePeriod(t *testing.T) {
 		if rate := float64(tc.nodes) / every.Seconds(); rate > 50 {
 			t.Errorf("N=%d: %.0f renewals a second, want at most 50", tc.nodes, rate)
 		}
+	}
+}
+
+func TestRerenderMakesOneTableOfSeveralRuns(t *testing.T) {
+	dir := t.TempDir()
+	m := report.Machine{CPU: "x", Cores: 2}
+	small := report.Report{Date: "d1", Mode: "full", Machine: m, Scenarios: []report.Scenario{{Nodes: 100}},
+		Agents: []report.Agent{{Name: "npu-rebooter run"}}, Notes: []string{"a"}}
+	big := report.Report{Date: "d2", Mode: "full", Machine: m, Scenarios: []report.Scenario{{Nodes: 5000}, {Nodes: 5000}}, Notes: []string{"a", "b"}}
+	paths := []string{filepath.Join(dir, "small.json"), filepath.Join(dir, "big.json")}
+	for i, r := range []report.Report{small, big} {
+		b, err := json.Marshal(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(paths[i], b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out := filepath.Join(dir, "out")
+	r, err := Rerender(paths, out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Scenarios) != 3 || r.Scenarios[0].Nodes != 100 || r.Scenarios[2].Nodes != 5000 {
+		t.Fatalf("scenarios %+v: want the 100-node one then both 5,000-node ones", r.Scenarios)
+	}
+	if len(r.Agents) != 1 || r.Date != "d1 and d2" || len(r.Notes) != 2 {
+		t.Fatalf("agents %d, date %q, notes %v: want the first run's agents, both dates, notes once each", len(r.Agents), r.Date, r.Notes)
+	}
+	if _, err := os.Stat(filepath.Join(out, "results.md")); err != nil {
+		t.Fatal(err)
+	}
+	big.Mode = "quick"
+	b, _ := json.Marshal(big)
+	if err := os.WriteFile(paths[1], b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Rerender(paths, out); err == nil || !strings.Contains(err.Error(), "not one table") {
+		t.Fatalf("a quick and a full run must not merge, got %v", err)
 	}
 }

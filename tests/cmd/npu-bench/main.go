@@ -29,10 +29,10 @@ func main() {
 	keep := flag.Bool("keep-controlplane", false, "keep each control plane's directory (component logs, KWOK's among them) under --out")
 	var only intList
 	flag.Var(&only, "nodes", "run only the fleets of these sizes of the mode (comma-separated, e.g. 5000); results.json then holds only them")
-	render := flag.String("render", "", "only re-render results.md (with the targets re-evaluated) from this results.json, into --out")
+	render := flag.String("render", "", "only re-render results.md (with the targets re-evaluated) from this results.json, into --out; several, comma-separated, make one table of runs of different -nodes")
 	flag.Parse()
 	if *render != "" {
-		r, err := suite.Rerender(*render, *out)
+		r, err := suite.Rerender(strings.Split(*render, ","), *out)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "npu-bench:", err)
 			os.Exit(1)
