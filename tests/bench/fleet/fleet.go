@@ -94,6 +94,9 @@ type Stats struct {
 	// KWOKRetries the starts written again because KWOK had not made the
 	// pod Ready in time.
 	PodRestarts, KWOKRetries int64
+	// ReadyReasserts are pods the node lifecycle controller had marked not
+	// Ready (a late heartbeat) whose Ready the simulated kubelet wrote back.
+	ReadyReasserts int64
 	// HeartbeatMaxLag is the longest a bucket of node Leases was renewed
 	// after its turn: near HeartbeatEvery, the controller manager's grace
 	// period is at risk.
@@ -115,6 +118,7 @@ type Sim struct {
 	machines map[string]*machine
 
 	reboots, loads, writes, conflicts, errs, restarts, kwokRetries atomic.Int64
+	reasserts                                                      atomic.Int64
 	beatLag                                                        atomic.Int64 // nanoseconds
 }
 
@@ -216,7 +220,7 @@ func (s *Sim) getTiming() Timing {
 func (s *Sim) Stats() Stats {
 	return Stats{Reboots: s.reboots.Load(), DriverLoads: s.loads.Load(), Writes: s.writes.Load(),
 		Conflicts: s.conflicts.Load(), Errors: s.errs.Load(), PodRestarts: s.restarts.Load(), KWOKRetries: s.kwokRetries.Load(),
-		HeartbeatMaxLag: time.Duration(s.beatLag.Load())}
+		ReadyReasserts: s.reasserts.Load(), HeartbeatMaxLag: time.Duration(s.beatLag.Load())}
 }
 
 // Run plays the fleet until ctx ends; it returns once the informers are

@@ -113,6 +113,9 @@ func (s *Sim) isDriver(p *corev1.Pod) bool {
 // when to look again (with wrote false: the other agents carry on).
 func (s *Sim) kubelet(ctx context.Context, node *corev1.Node, m *machine, now time.Time) (time.Duration, bool, error) {
 	r := m.restart
+	if wrote, err := s.reassertReady(ctx, node.Name, r, now); wrote || err != nil {
+		return 0, wrote, err
+	}
 	if r == nil {
 		return 0, false, nil
 	}
@@ -158,6 +161,54 @@ func (s *Sim) kubelet(ctx context.Context, node *corev1.Node, m *machine, now ti
 		"driverReadyLabel": node.Labels[s.cfg.Keys.DriverReady()], "notStarted": len(r.pending(func(p *podRestart) bool { return p.startedAt.IsZero() })),
 		"notReadyAgain": len(r.pending(func(p *podRestart) bool { return !p.up })), "lookAgain": wake}).Debug("simulated kubelet: waiting")
 	return wake, false, nil
+}
+
+// reassertReady writes Ready back on the node's running pods whose
+// containers are ready but whose Ready condition is False, and that no
+// restart of the simulator holds: the node lifecycle controller marks a
+// node's pods so when it misses the node's heartbeats for its grace
+// period (the benchmark's lease renewals lag while a 5,000-node fleet is
+// created), and a real kubelet's status manager corrects the pod's status
+// on its next sync. KWOK does not: its pod-ready stage needs phase Pending.
+func (s *Sim) reassertReady(ctx context.Context, node string, r *restart, now time.Time) (bool, error) {
+	objs, _ := s.pods.ByIndex(byNode, node)
+	wrote := false
+	for _, o := range objs {
+		p := o.(*corev1.Pod)
+		if r != nil && r.pods[p.UID] != nil {
+			continue
+		}
+		if p.DeletionTimestamp != nil || p.Status.Phase != corev1.PodRunning || podReady(p) || !conditionTrue(p, corev1.ContainersReady) {
+			continue
+		}
+		body, err := json.Marshal(map[string]any{"status": map[string]any{"conditions": []corev1.PodCondition{
+			{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: metav1.NewTime(now)},
+		}}})
+		if err != nil {
+			return wrote, fmt.Errorf("pod %s/%s Ready patch: %w", p.Namespace, p.Name, err)
+		}
+		s.writes.Add(1)
+		got, err := s.cfg.Client.CoreV1().Pods(p.Namespace).Patch(ctx, p.Name, types.StrategicMergePatchType, body, metav1.PatchOptions{}, "status")
+		switch {
+		case apierrors.IsNotFound(err):
+			continue
+		case err != nil:
+			return wrote, fmt.Errorf("write Ready back on pod %s/%s: %w", p.Namespace, p.Name, err)
+		}
+		wrote = wrote || got.ResourceVersion != p.ResourceVersion
+		s.reasserts.Add(1)
+		s.cfg.Log.WithFields(logrus.Fields{"node": node, "pod": p.Name}).Info("simulated kubelet: pod marked not Ready with its containers ready (node lifecycle controller); Ready written back")
+	}
+	return wrote, nil
+}
+
+func conditionTrue(p *corev1.Pod, t corev1.PodConditionType) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == t {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
 }
 
 // observe marks the started pods the cache shows Ready again, or gone.
@@ -303,11 +354,4 @@ func restartStatus(p *corev1.Pod, start bool, mark string, now time.Time) ([]byt
 	return body, nil
 }
 
-func podReady(p *corev1.Pod) bool {
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
-}
+func podReady(p *corev1.Pod) bool { return conditionTrue(p, corev1.PodReady) }

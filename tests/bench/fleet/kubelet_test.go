@@ -350,3 +350,55 @@ func TestRebooterDoesNotRebootWhenItsBookkeepingConflicts(t *testing.T) {
 		t.Fatalf("reboot bookkeeping on the API server: %v; want from boot ID %s, reason upgrade", n.Annotations, bootID)
 	}
 }
+
+// The node lifecycle controller marks the pods of a node whose heartbeats
+// it missed not Ready, containers still ready; the kubelet's status sync
+// writes Ready back once it runs. Pods a restart of the simulator holds
+// are not touched.
+func TestKubeletWritesReadyBackAfterTheNodeLifecycleController(t *testing.T) {
+	ctx := testCtx(t)
+	ns := newNamespace(ctx, t)
+	node := newNode(ctx, t, nil, nil)
+	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
+	s := newSim(t, ns, clk)
+	plugin := stackPod(ctx, t, ns, node.Name, "plugin", false, corev1.RestartPolicyAlways, "10.0.0.1")
+	exporter := stackPod(ctx, t, ns, node.Name, "exporter", false, corev1.RestartPolicyAlways, "10.0.0.2")
+	// What MarkPodsNotReady writes: Ready False, nothing else.
+	for _, p := range []**corev1.Pod{&plugin, &exporter} {
+		setCondition(*p, corev1.PodReady, corev1.ConditionFalse, time.Unix(950, 0))
+		got, err := env.Client.CoreV1().Pods(ns).UpdateStatus(ctx, *p, metav1.UpdateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		*p = got
+	}
+	startInformers(ctx, t, s)
+	catchUp(ctx, t, s, plugin)
+	catchUp(ctx, t, s, exporter)
+	m := &machine{host: memhost.New(simhost.Spec{Chip: "910b", ChipCount: 8}, clk)}
+	// The exporter is part of a restart (held by the simulator): left alone.
+	m.restart = &restart{boot: "boot-2", pods: map[types.UID]*podRestart{exporter.UID: {namespace: ns, name: "exporter", held: true}}}
+
+	if _, wrote, err := s.kubelet(ctx, node, m, clk.Now()); err != nil || !wrote {
+		t.Fatalf("kubelet pass: wrote %v, err %v; want Ready written back", wrote, err)
+	}
+	if p := getPod(ctx, t, ns, "plugin"); condition(p, corev1.PodReady) != corev1.ConditionTrue || condition(p, corev1.PodScheduled) != corev1.ConditionTrue {
+		t.Fatalf("plugin conditions %+v: want Ready again, the others kept", p.Status.Conditions)
+	}
+	if p := getPod(ctx, t, ns, "exporter"); p.ResourceVersion != exporter.ResourceVersion {
+		t.Fatalf("the held exporter was written (resourceVersion %s → %s)", exporter.ResourceVersion, p.ResourceVersion)
+	}
+	if got := s.Stats().ReadyReasserts; got != 1 {
+		t.Fatalf("ReadyReasserts %d, want 1", got)
+	}
+	catchUp(ctx, t, s, getPod(ctx, t, ns, "plugin"))
+	m.restart = nil
+	exporter = getPod(ctx, t, ns, "exporter")
+	if _, wrote, err := s.kubelet(ctx, node, m, clk.Now()); err != nil || !wrote {
+		t.Fatalf("second pass: wrote %v, err %v; want the exporter's Ready written back once no restart holds it", wrote, err)
+	}
+	catchUp(ctx, t, s, getPod(ctx, t, ns, "exporter"))
+	if _, wrote, err := s.kubelet(ctx, node, m, clk.Now()); err != nil || wrote {
+		t.Fatalf("third pass: wrote %v, err %v; want nothing left to write", wrote, err)
+	}
+}
