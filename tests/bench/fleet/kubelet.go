@@ -67,6 +67,7 @@ type podRestart struct {
 	driver          bool
 	held            bool
 	startedAt       time.Time // when its start was written (zero: not yet)
+	starts          int       // starts written: the wait for KWOK doubles with each
 	up              bool      // seen Ready again since its start, or gone
 }
 
@@ -74,8 +75,24 @@ type podRestart struct {
 // pod-ready stage before its start is written again: KWOK plays a stage
 // once per pod event and does not retry a status patch the API server
 // rejected, so a lost stamp would otherwise leave the pod not Ready until
-// KWOK's next node heartbeat, ten minutes later.
-const kwokStartTimeout = 5 * time.Second
+// KWOK's next node heartbeat, ten minutes later. The wait doubles with
+// each start written again, up to kwokStartTimeoutMax: a KWOK that is only
+// slow (thousands of pods restarting at once on 2 cores) must not be fed
+// more work — a fixed 5 s wrote 11,000 starts again in a 5,000-node
+// rollout and slowed it to a crawl.
+const (
+	kwokStartTimeout    = 5 * time.Second
+	kwokStartTimeoutMax = 2 * time.Minute
+)
+
+// startTimeout is how long the pod's latest start may wait for KWOK.
+func (p *podRestart) startTimeout() time.Duration {
+	d := kwokStartTimeout
+	for i := 1; i < p.starts && d < kwokStartTimeoutMax; i++ {
+		d *= 2
+	}
+	return min(d, kwokStartTimeoutMax)
+}
 
 // mark is the status.message of the pods restarted for boot: KWOK's
 // stamp keeps it, so a Ready pod with it has been Ready again since.
@@ -141,13 +158,13 @@ func (s *Sim) kubelet(ctx context.Context, node *corev1.Node, m *machine, now ti
 		if p.startedAt.IsZero() || p.up {
 			continue
 		}
-		if left := p.startedAt.Add(kwokStartTimeout).Sub(now); left > 0 {
+		if left := p.startedAt.Add(p.startTimeout()).Sub(now); left > 0 {
 			wake = minPositive(wake, left)
 			continue
 		}
 		late = append(late, uid)
 		s.kwokRetries.Add(1)
-		s.cfg.Log.WithFields(logrus.Fields{"node": node.Name, "pod": p.name}).Infof("simulated kubelet: KWOK did not make the pod Ready within %s of its start; starting it again", kwokStartTimeout)
+		s.cfg.Log.WithFields(logrus.Fields{"node": node.Name, "pod": p.name}).Infof("simulated kubelet: KWOK did not make the pod Ready within %s of its start; starting it again", p.startTimeout())
 	}
 	if len(late) > 0 {
 		return s.restartPods(ctx, r, late, true, now)
@@ -284,6 +301,7 @@ func (s *Sim) restartPods(ctx context.Context, r *restart, uids []types.UID, sta
 		case start:
 			wrote = wrote || changed
 			pr.held, pr.startedAt = true, now
+			pr.starts++
 			s.restarts.Add(1)
 			log.Debug("simulated kubelet: containers started again")
 		default:

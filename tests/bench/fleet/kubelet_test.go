@@ -402,3 +402,14 @@ func TestKubeletWritesReadyBackAfterTheNodeLifecycleController(t *testing.T) {
 		t.Fatalf("third pass: wrote %v, err %v; want nothing left to write", wrote, err)
 	}
 }
+
+func TestStartTimeoutDoublesUpToItsCap(t *testing.T) {
+	for starts, want := range map[int]time.Duration{
+		0: kwokStartTimeout, 1: kwokStartTimeout, 2: 2 * kwokStartTimeout, 3: 4 * kwokStartTimeout,
+		5: 16 * kwokStartTimeout, 6: kwokStartTimeoutMax, 40: kwokStartTimeoutMax,
+	} {
+		if got := (&podRestart{starts: starts}).startTimeout(); got != want {
+			t.Errorf("after %d starts: wait %s for KWOK, want %s", starts, got, want)
+		}
+	}
+}
