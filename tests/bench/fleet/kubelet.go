@@ -180,9 +180,19 @@ func (s *Sim) kubelet(ctx context.Context, node *corev1.Node, m *machine, now ti
 	return wake, false, nil
 }
 
+// podOf is the restart of the pod with uid, nil if none.
+func (r *restart) podOf(uid types.UID) *podRestart {
+	if r == nil {
+		return nil
+	}
+	return r.pods[uid]
+}
+
 // reassertReady writes Ready back on the node's running pods whose
 // containers are ready but whose Ready condition is False, and that no
-// restart of the simulator holds: the node lifecycle controller marks a
+// restart of the simulator holds (held, or started and not yet Ready
+// again; a driver pod marked so after KWOK made it Ready again would
+// otherwise hold its node's other pods for good): the node lifecycle controller marks a
 // node's pods so when it misses the node's heartbeats for its grace
 // period (the benchmark's lease renewals lag while a 5,000-node fleet is
 // created), and a real kubelet's status manager corrects the pod's status
@@ -192,7 +202,9 @@ func (s *Sim) reassertReady(ctx context.Context, node string, r *restart, now ti
 	wrote := false
 	for _, o := range objs {
 		p := o.(*corev1.Pod)
-		if r != nil && r.pods[p.UID] != nil {
+		// A pod of a restart is the simulator's until it is Ready again
+		// after its start; from then on it is as any running pod.
+		if pr := r.podOf(p.UID); pr != nil && !pr.up {
 			continue
 		}
 		if p.DeletionTimestamp != nil || p.Status.Phase != corev1.PodRunning || podReady(p) || !conditionTrue(p, corev1.ContainersReady) {

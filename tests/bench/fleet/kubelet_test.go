@@ -401,6 +401,23 @@ func TestKubeletWritesReadyBackAfterTheNodeLifecycleController(t *testing.T) {
 	if _, wrote, err := s.kubelet(ctx, node, m, clk.Now()); err != nil || wrote {
 		t.Fatalf("third pass: wrote %v, err %v; want nothing left to write", wrote, err)
 	}
+
+	// A restarted pod already Ready again, then marked not Ready: its
+	// restart waits on it no more, so the kubelet writes Ready back.
+	exporter = getPod(ctx, t, ns, "exporter")
+	setCondition(exporter, corev1.PodReady, corev1.ConditionFalse, time.Unix(990, 0))
+	exporter, err := env.Client.CoreV1().Pods(ns).UpdateStatus(ctx, exporter, metav1.UpdateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	catchUp(ctx, t, s, exporter)
+	m.restart = &restart{boot: "boot-3", pods: map[types.UID]*podRestart{exporter.UID: {namespace: ns, name: "exporter", held: true, startedAt: clk.Now(), up: true}}}
+	if _, wrote, err := s.kubelet(ctx, node, m, clk.Now()); err != nil || !wrote {
+		t.Fatalf("restarted pod Ready again then marked not Ready: wrote %v, err %v; want Ready written back", wrote, err)
+	}
+	if p := getPod(ctx, t, ns, "exporter"); condition(p, corev1.PodReady) != corev1.ConditionTrue {
+		t.Fatalf("exporter conditions %+v: want Ready again", p.Status.Conditions)
+	}
 }
 
 func TestStartTimeoutDoublesUpToItsCap(t *testing.T) {
