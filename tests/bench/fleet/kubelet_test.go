@@ -351,6 +351,19 @@ func TestRebooterDoesNotRebootWhenItsBookkeepingConflicts(t *testing.T) {
 	}
 }
 
+// markNotReady writes what the node lifecycle controller's MarkPodsNotReady
+// does: Ready False, nothing else.
+func markNotReady(ctx context.Context, t *testing.T, p *corev1.Pod, at time.Time) *corev1.Pod {
+	t.Helper()
+	p = p.DeepCopy()
+	setCondition(p, corev1.PodReady, corev1.ConditionFalse, at)
+	got, err := env.Client.CoreV1().Pods(p.Namespace).UpdateStatus(ctx, p, metav1.UpdateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return got
+}
+
 // The node lifecycle controller marks the pods of a node whose heartbeats
 // it missed not Ready, containers still ready; the kubelet's status sync
 // writes Ready back once it runs. Pods a restart of the simulator holds
@@ -363,15 +376,8 @@ func TestKubeletWritesReadyBackAfterTheNodeLifecycleController(t *testing.T) {
 	s := newSim(t, ns, clk)
 	plugin := stackPod(ctx, t, ns, node.Name, "plugin", false, corev1.RestartPolicyAlways, "10.0.0.1")
 	exporter := stackPod(ctx, t, ns, node.Name, "exporter", false, corev1.RestartPolicyAlways, "10.0.0.2")
-	// What MarkPodsNotReady writes: Ready False, nothing else.
-	for _, p := range []**corev1.Pod{&plugin, &exporter} {
-		setCondition(*p, corev1.PodReady, corev1.ConditionFalse, time.Unix(950, 0))
-		got, err := env.Client.CoreV1().Pods(ns).UpdateStatus(ctx, *p, metav1.UpdateOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		*p = got
-	}
+	plugin = markNotReady(ctx, t, plugin, time.Unix(950, 0))
+	exporter = markNotReady(ctx, t, exporter, time.Unix(950, 0))
 	startInformers(ctx, t, s)
 	catchUp(ctx, t, s, plugin)
 	catchUp(ctx, t, s, exporter)
@@ -404,12 +410,7 @@ func TestKubeletWritesReadyBackAfterTheNodeLifecycleController(t *testing.T) {
 
 	// A restarted pod already Ready again, then marked not Ready: its
 	// restart waits on it no more, so the kubelet writes Ready back.
-	exporter = getPod(ctx, t, ns, "exporter")
-	setCondition(exporter, corev1.PodReady, corev1.ConditionFalse, time.Unix(990, 0))
-	exporter, err := env.Client.CoreV1().Pods(ns).UpdateStatus(ctx, exporter, metav1.UpdateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	exporter = markNotReady(ctx, t, getPod(ctx, t, ns, "exporter"), time.Unix(990, 0))
 	catchUp(ctx, t, s, exporter)
 	m.restart = &restart{boot: "boot-3", pods: map[types.UID]*podRestart{exporter.UID: {namespace: ns, name: "exporter", held: true, startedAt: clk.Now(), up: true}}}
 	if _, wrote, err := s.kubelet(ctx, node, m, clk.Now()); err != nil || !wrote {
