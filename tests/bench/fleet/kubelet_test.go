@@ -399,7 +399,6 @@ func TestKubeletWritesReadyBackAfterTheNodeLifecycleController(t *testing.T) {
 	}
 	catchUp(ctx, t, s, getPod(ctx, t, ns, "plugin"))
 	m.restart = nil
-	exporter = getPod(ctx, t, ns, "exporter")
 	if _, wrote, err := s.kubelet(ctx, node, m, clk.Now()); err != nil || !wrote {
 		t.Fatalf("second pass: wrote %v, err %v; want the exporter's Ready written back once no restart holds it", wrote, err)
 	}
