@@ -443,17 +443,34 @@ func stragglers(s Snapshot, d *Decision) []Action {
 			continue
 		}
 		var del []TargetPod
+		var unready []string
 		for _, t := range s.Targets {
+			ready := false
 			for _, pd := range n.TargetPods[t] {
-				if !pd.Terminating && startedBefore(pd, n.Driver) {
+				switch {
+				case pd.Terminating:
+				case startedBefore(pd, n.Driver):
 					del = append(del, pd)
+				case pd.Ready:
+					ready = true
 				}
 			}
+			if !ready && len(n.TargetPods[t]) > 0 {
+				unready = append(unready, t)
+			}
 		}
-		if len(del) > 0 {
+		switch {
+		case len(del) > 0:
 			acts = append(acts, Action{Kind: ActDeletePods, Node: n.Name, Pods: del,
 				Message: fmt.Sprintf("fleet check: re-rolling %d pods started before the driver was ready", len(del))})
 			d.Waiting[n.Name] = "re-rolling straggler pods"
+		case len(unready) > 0:
+			// The stack works on a node once its device plugin serves, not
+			// when the driver is up: a pod still in its driver gate or
+			// crash-looping holds the finish, and the deadline names it.
+			d.Waiting[n.Name] = "waiting for a Ready pod of " + strings.Join(unready, ", ") +
+				" (kubectl -n <namespace> describe pod on this node for why it is not Ready)"
+			d.Waiting["*reroll"] = "waiting for re-roll target pods to be Ready"
 		}
 	}
 	return acts

@@ -465,10 +465,23 @@ func TestStragglersReRolledAtTheEnd(t *testing.T) {
 	if d.Outcome != Running {
 		t.Fatalf("with stragglers the rollout is not finished: %s", d.Outcome)
 	}
-	// A pod still held by the driver gate (not started) will start after.
+	// A pod still held by the driver gate (not started) will start after:
+	// it is no straggler, but the stack does not work on the node yet.
 	n.TargetPods["ns/dp"] = []TargetPod{{UID: "gated"}}
+	d = decide(policy(), n)
+	if len(d.Actions) != 0 || d.Outcome != Running || !strings.Contains(d.Waiting["a"], "ns/dp") {
+		t.Fatalf("an unstarted pod is no straggler, yet the rollout waits for it: %v %s %q", moves(d), d.Outcome, d.Waiting["a"])
+	}
+	// Its replacement after a re-roll counts once Ready; a terminating old
+	// one next to it does not hold the finish.
+	n.TargetPods["ns/dp"] = []TargetPod{{UID: "old", Started: now.Add(-time.Hour), Terminating: true}, {UID: "new", Started: now, Ready: true}}
 	if d := decide(policy(), n); len(d.Actions) != 0 || d.Outcome != Finished {
-		t.Fatalf("an unstarted pod is no straggler: %v %s", moves(d), d.Outcome)
+		t.Fatalf("a Ready pod started after the driver finishes the rollout: %v %s %v", moves(d), d.Outcome, d.Waiting)
+	}
+	// A node without any pod of the target (not scheduled there) is not waited on.
+	n.TargetPods["ns/dp"] = nil
+	if d := decide(policy(), n); d.Outcome != Finished {
+		t.Fatalf("no pod of a target on a node is not a wait: %s %v", d.Outcome, d.Waiting)
 	}
 }
 
