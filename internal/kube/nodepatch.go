@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -33,14 +34,18 @@ func (c NodeChange) Empty() bool {
 
 // ApplyTo returns a copy of n with the change applied, as the API server
 // would apply the merge patch (for deciding on a write before it lands).
+// The copy owns its labels and annotations; everything else (conditions,
+// taints, owner references) it shares with n, read-only: a rollout of
+// thousands of nodes views each chained node several times per decision,
+// and deep copies were a tenth of what a decision allocated.
 func (c NodeChange) ApplyTo(n *corev1.Node) *corev1.Node {
-	out := n.DeepCopy()
-	out.Labels = applyKeys(out.Labels, c.Labels)
-	out.Annotations = applyKeys(out.Annotations, c.Annotations)
+	out := *n
+	out.Labels = applyKeys(maps.Clone(n.Labels), c.Labels)
+	out.Annotations = applyKeys(maps.Clone(n.Annotations), c.Annotations)
 	if c.Unschedulable != nil {
 		out.Spec.Unschedulable = *c.Unschedulable
 	}
-	return out
+	return &out
 }
 
 func applyKeys(m map[string]string, edits map[string]*string) map[string]string {

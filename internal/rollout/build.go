@@ -8,7 +8,6 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/openfuyao/npu-stack/internal/contract"
@@ -49,12 +48,32 @@ func BuildSnapshot(in Inputs, v View) Snapshot {
 type viewer struct {
 	in         Inputs
 	v          View
+	k          viewKeys
 	podsByNode map[string][]*corev1.Pod
 	targetOf   map[string]string // DaemonSet UID → target name
+	driverSel  []labels.Selector // the node selector of each of in.Drivers
+}
+
+// viewKeys are the contract's names a node view reads, spelled once per
+// decision instead of once per node and read.
+type viewKeys struct {
+	state, skip, driverVersion, driverReady, rebootRequired        string
+	since, bootID, target, rebootReason, rebootStarted, approve    string
+	failureReason, failureStep, rerolled, wasCordoned, specVersion string
+}
+
+func newViewKeys(k contract.Keys) viewKeys {
+	return viewKeys{
+		state: k.UpgradeState(), skip: k.UpgradeSkip(), driverVersion: k.DriverVersion(), driverReady: k.DriverReady(),
+		rebootRequired: k.RebootRequired(), since: k.UpgradeSince(), bootID: k.UpgradeBootID(), target: k.UpgradeTarget(),
+		rebootReason: k.RebootReason(), rebootStarted: k.RebootStartedAt(), approve: k.ApproveReboot(),
+		failureReason: k.UpgradeFailureReason(), failureStep: k.UpgradeFailureStep(), rerolled: k.UpgradeRerolled(),
+		wasCordoned: k.UpgradeWasCordoned(), specVersion: k.DriverSpecVersion(),
+	}
 }
 
 func newViewer(in Inputs, v View) *viewer {
-	w := &viewer{in: in, v: v, podsByNode: map[string][]*corev1.Pod{}, targetOf: map[string]string{}}
+	w := &viewer{in: in, v: v, k: newViewKeys(v.Keys), podsByNode: make(map[string][]*corev1.Pod, len(in.Nodes)), targetOf: map[string]string{}}
 	for _, p := range in.Pods {
 		if p.Spec.NodeName != "" {
 			w.podsByNode[p.Spec.NodeName] = append(w.podsByNode[p.Spec.NodeName], p)
@@ -65,16 +84,15 @@ func newViewer(in Inputs, v View) *viewer {
 			w.targetOf[string(ds.UID)] = t.Name
 		}
 	}
+	for _, ds := range in.Drivers {
+		w.driverSel = append(w.driverSel, labels.SelectorFromSet(ds.Spec.Template.Spec.NodeSelector))
+	}
 	return w
-}
-
-func (w *viewer) view(node *corev1.Node) NodeView {
-	return nodeView(node, w.podsByNode[node.Name], w.in.Drivers, w.targetOf, w.v)
 }
 
 // snapshot views every node, sorted by name.
 func (w *viewer) snapshot() Snapshot {
-	s := Snapshot{Busy: w.in.Busy, Missing: w.in.Missing, NoDriver: len(w.in.Drivers) == 0}
+	s := Snapshot{Busy: w.in.Busy, Missing: w.in.Missing, NoDriver: len(w.in.Drivers) == 0, Nodes: make([]NodeView, 0, len(w.in.Nodes))}
 	for _, t := range w.in.Targets {
 		s.Targets = append(s.Targets, t.Name)
 	}
@@ -85,57 +103,57 @@ func (w *viewer) snapshot() Snapshot {
 	return s
 }
 
-func nodeView(node *corev1.Node, pods []*corev1.Pod, drivers []*appsv1.DaemonSet, targetOf map[string]string, v View) NodeView {
-	k := v.Keys
+func (w *viewer) view(node *corev1.Node) NodeView {
+	k, v := w.k, w.v
 	l, a := node.Labels, node.Annotations
-	raw := l[k.UpgradeState()]
+	raw := l[k.state]
 	st, known := contract.ParseUpgradeState(raw)
 	n := NodeView{
 		Name: node.Name, ResourceVersion: node.ResourceVersion,
 		State: st, RawState: raw, StateKnown: known,
-		Skip:           l[k.UpgradeSkip()] == contract.True,
+		Skip:           l[k.skip] == contract.True,
 		Canary:         v.Canary != nil && !v.Canary.Empty() && v.Canary.Matches(labels.Set(l)),
 		Unschedulable:  node.Spec.Unschedulable,
 		Ready:          kube.NodeReady(node),
 		BootID:         node.Status.NodeInfo.BootID,
-		Loaded:         l[k.DriverVersion()],
-		DriverReady:    l[k.DriverReady()] == contract.True,
-		Since:          parseTime(a[k.UpgradeSince()]),
-		UpgradeBootID:  a[k.UpgradeBootID()],
-		Target:         a[k.UpgradeTarget()],
-		RebootRequired: l[k.RebootRequired()] == contract.True,
-		RebootReason:   a[k.RebootReason()],
-		RebootStarted:  parseTime(a[k.RebootStartedAt()]),
-		Approved:       a[k.ApproveReboot()] == contract.True,
-		FailureReason:  a[k.UpgradeFailureReason()],
-		FailureStep:    a[k.UpgradeFailureStep()],
-		Rerolled:       ParseRerolled(a[k.UpgradeRerolled()]),
+		Loaded:         l[k.driverVersion],
+		DriverReady:    l[k.driverReady] == contract.True,
+		Since:          parseTime(a[k.since]),
+		UpgradeBootID:  a[k.bootID],
+		Target:         a[k.target],
+		RebootRequired: l[k.rebootRequired] == contract.True,
+		RebootReason:   a[k.rebootReason],
+		RebootStarted:  parseTime(a[k.rebootStarted]),
+		Approved:       a[k.approve] == contract.True,
+		FailureReason:  a[k.failureReason],
+		FailureStep:    a[k.failureStep],
+		Rerolled:       ParseRerolled(a[k.rerolled]),
 		TargetPods:     map[string][]TargetPod{},
 	}
-	if w, ok := a[k.UpgradeWasCordoned()]; ok {
-		b := w == contract.True
+	if c, ok := a[k.wasCordoned]; ok {
+		b := c == contract.True
 		n.WasCordoned = &b
 	}
-	profile, err := coveringDriver(node, drivers)
+	profile, err := coveringDriver(node, w.in.Drivers, w.driverSel)
 	if err != nil {
 		n.ProfileError = err.Error()
 	} else {
 		n.Profile = profile.Namespace + "/" + profile.Name
-		n.Desired = profile.Spec.Template.Annotations[k.DriverSpecVersion()]
+		n.Desired = profile.Spec.Template.Annotations[k.specVersion]
 		if n.Desired == "" {
-			n.ProfileError = fmt.Sprintf("driver DaemonSet %s has no %s annotation on its pod template; reinstall the chart", n.Profile, k.DriverSpecVersion())
+			n.ProfileError = fmt.Sprintf("driver DaemonSet %s has no %s annotation on its pod template; reinstall the chart", n.Profile, k.specVersion)
 		}
 	}
-	for _, p := range pods {
+	for _, p := range w.podsByNode[node.Name] {
 		if podFinished(p) {
 			continue
 		}
 		owner := daemonSetOwner(p)
 		switch {
 		case profile != nil && owner == string(profile.UID):
-			n.Driver = newerDriver(n.Driver, p, k)
-		case targetOf[owner] != "":
-			t := targetOf[owner]
+			n.Driver = newerDriver(n.Driver, p, k.specVersion)
+		case w.targetOf[owner] != "":
+			t := w.targetOf[owner]
 			n.TargetPods[t] = append(n.TargetPods[t], TargetPod{
 				Target: t, Namespace: p.Namespace, Name: p.Name, UID: string(p.UID),
 				Started: lastStart(p), Ready: podReady(p) != nil, Terminating: p.DeletionTimestamp != nil,
@@ -150,13 +168,12 @@ func nodeView(node *corev1.Node, pods []*corev1.Pod, drivers []*appsv1.DaemonSet
 	return n
 }
 
-// coveringDriver finds the one driver DaemonSet whose node selector the
-// node matches.
-func coveringDriver(node *corev1.Node, drivers []*appsv1.DaemonSet) (*appsv1.DaemonSet, error) {
+// coveringDriver finds the one driver DaemonSet whose node selector (sels,
+// in the order of drivers) the node matches.
+func coveringDriver(node *corev1.Node, drivers []*appsv1.DaemonSet, sels []labels.Selector) (*appsv1.DaemonSet, error) {
 	var match []*appsv1.DaemonSet
-	for _, ds := range drivers {
-		sel := labels.SelectorFromSet(ds.Spec.Template.Spec.NodeSelector)
-		if sel.Matches(labels.Set(node.Labels)) {
+	for i, ds := range drivers {
+		if sels[i].Matches(labels.Set(node.Labels)) {
 			match = append(match, ds)
 		}
 	}
@@ -182,11 +199,11 @@ func profileLabels(node *corev1.Node) string {
 	return strings.Join(parts, ", ")
 }
 
-func newerDriver(cur *DriverPod, p *corev1.Pod, k contract.Keys) *DriverPod {
+func newerDriver(cur *DriverPod, p *corev1.Pod, specVersionKey string) *DriverPod {
 	if cur != nil && p.DeletionTimestamp != nil {
 		return cur
 	}
-	d := &DriverPod{Name: p.Name, Version: p.Annotations[k.DriverSpecVersion()]}
+	d := &DriverPod{Name: p.Name, Version: p.Annotations[specVersionKey]}
 	if c := podReady(p); c != nil && p.DeletionTimestamp == nil {
 		d.Ready, d.ReadyAt = true, c.LastTransitionTime.Time
 	}
@@ -221,9 +238,17 @@ func podFinished(p *corev1.Pod) bool {
 	return p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed
 }
 
+// daemonSetOwner is the UID of the pod's controlling DaemonSet, "" if none.
+// It reads the references in place: metav1.GetControllerOf copies one per
+// call, and this runs for every pod of every node viewed.
 func daemonSetOwner(p *corev1.Pod) string {
-	if ref := metav1.GetControllerOf(p); ref != nil && ref.Kind == "DaemonSet" {
-		return string(ref.UID)
+	for i := range p.OwnerReferences {
+		if ref := &p.OwnerReferences[i]; ref.Controller != nil && *ref.Controller {
+			if ref.Kind == "DaemonSet" {
+				return string(ref.UID)
+			}
+			return ""
+		}
 	}
 	return ""
 }

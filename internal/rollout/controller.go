@@ -417,6 +417,9 @@ func (c *Controller) WaitForChange(ctx context.Context) bool {
 }
 
 func (c *Controller) remember(n *corev1.Node) {
+	// Held as the cache holds nodes: at thousands of nodes the informer
+	// may lag many writes, and whole patch responses add up.
+	n = slimNode(n, c.cfg.Keys)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.written == nil {

@@ -22,7 +22,7 @@ func slimTransform(k contract.Keys) cache.TransformFunc {
 		case *corev1.Pod:
 			return slimPod(o, k), nil
 		case *corev1.Node:
-			return slimNode(o), nil
+			return slimNode(o, k), nil
 		case metav1.Object:
 			o.SetManagedFields(nil)
 		}
@@ -42,6 +42,12 @@ func slimPod(p *corev1.Pod, k contract.Keys) *corev1.Pod {
 	}
 	if ref := metav1.GetControllerOf(p); ref != nil {
 		out.OwnerReferences = []metav1.OwnerReference{*ref}
+	}
+	if daemonSetOwner(p) != "" {
+		// Only pods without a DaemonSet are matched against the
+		// wait-for-completion selector; a DaemonSet pod's labels are a
+		// third of what the cache would hold for it.
+		out.Labels = nil
 	}
 	if v, ok := p.Annotations[k.DriverSpecVersion()]; ok {
 		out.Annotations = map[string]string{k.DriverSpecVersion(): v}
@@ -82,12 +88,34 @@ func npuResources(l corev1.ResourceList) corev1.ResourceList {
 	return out
 }
 
-// slimNode drops what a node carries for others: the image list (up to
-// 50 entries on a real node), volumes and managed fields.
-func slimNode(n *corev1.Node) *corev1.Node {
-	n.ManagedFields = nil
-	n.Status.Images = nil
-	n.Status.VolumesInUse = nil
-	n.Status.VolumesAttached = nil
-	return n
+// slimNode keeps what a node view reads: name, labels (profile and
+// canary selectors may name any), the contract's annotations, cordon,
+// Ready and boot ID. A real node carries much more for others (images,
+// addresses, capacity, kubelet and CSI annotations), and the rollout
+// caches every NPU node.
+func slimNode(n *corev1.Node, k contract.Keys) *corev1.Node {
+	out := &corev1.Node{
+		TypeMeta: n.TypeMeta,
+		ObjectMeta: metav1.ObjectMeta{
+			Name: n.Name, UID: n.UID, ResourceVersion: n.ResourceVersion, Labels: n.Labels,
+			CreationTimestamp: n.CreationTimestamp, DeletionTimestamp: n.DeletionTimestamp,
+		},
+		Spec:   corev1.NodeSpec{Unschedulable: n.Spec.Unschedulable},
+		Status: corev1.NodeStatus{NodeInfo: corev1.NodeSystemInfo{BootID: n.Status.NodeInfo.BootID}},
+	}
+	prefix := k.Domain + "/"
+	for key, v := range n.Annotations {
+		if strings.HasPrefix(key, prefix) {
+			if out.Annotations == nil {
+				out.Annotations = map[string]string{}
+			}
+			out.Annotations[key] = v
+		}
+	}
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			out.Status.Conditions = []corev1.NodeCondition{{Type: c.Type, Status: c.Status}}
+		}
+	}
+	return out
 }

@@ -19,12 +19,16 @@ func TestSlimObjectsBuildTheSameSnapshot(t *testing.T) {
 	node := chainNode("n1", "label:"+keys.UpgradeState()+"=validation-required", keys.UpgradeRerolled()+"=u0=ns/dp")
 	node.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "kubelet"}}
 	node.Status.Images = []corev1.ContainerImage{{Names: []string{"registry/huge:1"}, SizeBytes: 1 << 30}}
+	node.Annotations["csi.volume.kubernetes.io/nodeid"] = `{"csi.example.com":"n1"}`
+	node.Status.Conditions = append(node.Status.Conditions, corev1.NodeCondition{Type: corev1.NodeMemoryPressure, Status: corev1.ConditionFalse})
+	node.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "10.0.0.1"}}
 
 	dpod := ownedPod("drv-n1", "n1", drv, now)
 	dpod.Annotations = map[string]string{keys.DriverSpecVersion(): "2.0", "kubectl.kubernetes.io/restartedAt": "x"}
 	dpod.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionTrue},
 		{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: metav1.NewTime(now)}}
 	plugin := ownedPod("dp-n1", "n1", dp, now.Add(-time.Hour))
+	plugin.Labels = map[string]string{"batch": "yes", "controller-revision-hash": "5d4f"} // a DaemonSet pod is never waited for
 	plugin.Spec.Containers = []corev1.Container{{Name: "plugin", Env: []corev1.EnvVar{{Name: "BIG", Value: "x"}}}}
 	plugin.Status.ContainerStatuses = []corev1.ContainerStatus{
 		{Name: "plugin", State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: metav1.NewTime(now.Add(-time.Minute))}}},
@@ -65,11 +69,18 @@ func TestSlimObjectsBuildTheSameSnapshot(t *testing.T) {
 		t.Fatalf("the comparison covers too little: %+v", n)
 	}
 	s := slim.Pods[1]
-	if len(s.Spec.Containers) != 0 || s.ManagedFields != nil || len(s.Status.ContainerStatuses) != 1 {
+	if len(s.Spec.Containers) != 0 || s.ManagedFields != nil || len(s.Status.ContainerStatuses) != 1 || s.Labels != nil {
 		t.Errorf("slim pod keeps what no decision reads: %+v", s)
 	}
-	if slim.Nodes[0].Status.Images != nil || slim.Nodes[0].ManagedFields != nil {
-		t.Error("slim node keeps images or managed fields")
+	sn := slim.Nodes[0]
+	if sn.Status.Images != nil || sn.ManagedFields != nil || sn.Status.Addresses != nil || len(sn.Status.Conditions) != 1 {
+		t.Errorf("slim node keeps what no decision reads: %+v", sn)
+	}
+	if _, ok := sn.Annotations["csi.volume.kubernetes.io/nodeid"]; ok || sn.Annotations[keys.UpgradeRerolled()] == "" {
+		t.Errorf("slim node annotations %v: want the contract's only", sn.Annotations)
+	}
+	if twice := mustTransform(t, transform, sn.DeepCopy()); !reflect.DeepEqual(twice, sn) {
+		t.Error("slimming a node twice differs from once")
 	}
 }
 
