@@ -90,10 +90,8 @@ type Config struct {
 type Stats struct {
 	Reboots, DriverLoads, Writes, Conflicts, Errors int64
 	// PodRestarts are pods the simulated kubelet restarted in place
-	// after a reboot (the status write that makes KWOK start them again);
-	// KWOKRetries the starts written again because KWOK had not made the
-	// pod Ready in time.
-	PodRestarts, KWOKRetries int64
+	// after a reboot (the status write that starts them again).
+	PodRestarts int64
 	// ReadyReasserts are pods the node lifecycle controller had marked not
 	// Ready (a late heartbeat) whose Ready the simulated kubelet wrote back.
 	ReadyReasserts int64
@@ -117,9 +115,9 @@ type Sim struct {
 	timing   Timing
 	machines map[string]*machine
 
-	reboots, loads, writes, conflicts, errs, restarts, kwokRetries atomic.Int64
-	reasserts                                                      atomic.Int64
-	beatLag                                                        atomic.Int64 // nanoseconds
+	reboots, loads, writes, conflicts, errs, restarts atomic.Int64
+	reasserts                                         atomic.Int64
+	beatLag                                           atomic.Int64 // nanoseconds
 }
 
 // machine is one node's host plus the memory of its agent processes.
@@ -219,7 +217,7 @@ func (s *Sim) getTiming() Timing {
 // Stats returns the counters so far.
 func (s *Sim) Stats() Stats {
 	return Stats{Reboots: s.reboots.Load(), DriverLoads: s.loads.Load(), Writes: s.writes.Load(),
-		Conflicts: s.conflicts.Load(), Errors: s.errs.Load(), PodRestarts: s.restarts.Load(), KWOKRetries: s.kwokRetries.Load(),
+		Conflicts: s.conflicts.Load(), Errors: s.errs.Load(), PodRestarts: s.restarts.Load(),
 		ReadyReasserts: s.reasserts.Load(), HeartbeatMaxLag: time.Duration(s.beatLag.Load())}
 }
 

@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 
 	"github.com/openfuyao/npu-stack/internal/contract"
 )
@@ -23,20 +24,22 @@ import (
 // pods' init container (`validate --wait`) holds their containers until the
 // driver is ready, so they start after the driver pod is Ready again.
 //
-// KWOK runs no containers. Its pod-ready stage (kwok-stages.yaml) stamps
-// Ready conditions and container startedAt "now" on a pod in phase Pending
-// that is not Ready, so the simulator plays a restart with writes to the
-// pod's status subresource around it:
+// KWOK runs no containers, and the simulator plays the kubelet's restart
+// itself with two writes to the pod's status subresource:
 //
 //   - hold, at boot, every pod but the driver's: not Ready, its containers
-//     waiting and its first init container running (`validate --wait`); the
-//     phase stays Running, so KWOK leaves the pod alone;
-//   - start: phase Pending and not Ready, the pod IP released, and the
-//     boot's restart mark in status.message; KWOK's pod-ready stage then
-//     makes the pod Running and Ready, its containers started now. (KWOK
-//     allocates a new pod IP and merges it into status.podIPs: with the
-//     old one kept the API server rejects its patch, two IPs of a family,
-//     and KWOK does not retry.)
+//     waiting and its first init container running (`validate --wait`);
+//   - start: Running and Ready, its init containers completed and its
+//     containers started now (restart count one up), the boot's restart
+//     mark in status.message. A Running, Ready pod is out of KWOK's
+//     pod-ready stage (kwok-stages.yaml), so KWOK leaves it alone.
+//
+// An earlier simulator let KWOK's pod-ready stage make the started pod
+// Ready. KWOK plays stages with four workers and does not retry a patch
+// the API server rejects: with a thousand nodes rebooting at once its
+// queue, and the simulator's re-writes of starts it had lost, were most of
+// the benchmark's time (5,506 starts written again in one 1,000-node
+// rollout), not the rollout's.
 //
 // The driver pod starts once the driver load completes; the others once the
 // driver pod is Ready again after its start (Ready, with this boot's mark)
@@ -66,36 +69,12 @@ type podRestart struct {
 	namespace, name string
 	driver          bool
 	held            bool
-	startedAt       time.Time // when its start was written (zero: not yet)
-	starts          int       // starts written: the wait for KWOK doubles with each
-	up              bool      // seen Ready again since its start, or gone
+	started         bool // its start was written
+	up              bool // seen Ready again since its start, or gone
 }
 
-// kwokStartTimeout is how long a started pod may wait for KWOK's
-// pod-ready stage before its start is written again: KWOK plays a stage
-// once per pod event and does not retry a status patch the API server
-// rejected, so a lost stamp would otherwise leave the pod not Ready until
-// KWOK's next node heartbeat, ten minutes later. The wait doubles with
-// each start written again, up to kwokStartTimeoutMax: a KWOK that is only
-// slow (thousands of pods restarting at once on 2 cores) must not be fed
-// more work — a fixed 5 s wrote 11,000 starts again in a 5,000-node
-// rollout and slowed it to a crawl.
-const (
-	kwokStartTimeout    = 5 * time.Second
-	kwokStartTimeoutMax = 2 * time.Minute
-)
-
-// startTimeout is how long the pod's latest start may wait for KWOK.
-func (p *podRestart) startTimeout() time.Duration {
-	d := kwokStartTimeout
-	for i := 1; i < p.starts && d < kwokStartTimeoutMax; i++ {
-		d *= 2
-	}
-	return min(d, kwokStartTimeoutMax)
-}
-
-// mark is the status.message of the pods restarted for boot: KWOK's
-// stamp keeps it, so a Ready pod with it has been Ready again since.
+// mark is the status.message of the pods restarted for boot: a Ready pod
+// with it has been Ready again since.
 func (r *restart) mark() string {
 	return fmt.Sprintf("containers restarted in place after boot %s (simulated kubelet)", r.boot)
 }
@@ -126,8 +105,9 @@ func (s *Sim) isDriver(p *corev1.Pod) bool {
 
 // kubelet is one pass of the kubelet's restarts after a reboot; it writes
 // the status of several pods at once (independent objects, as the kubelet
-// restarts them together). While a started pod waits for KWOK, it returns
-// when to look again (with wrote false: the other agents carry on).
+// restarts them together). wrote is false when it is waiting (for the
+// driver load, the driver pod's Ready, driver-ready=true, or the echo of
+// its own starts): a watch event brings the node back.
 func (s *Sim) kubelet(ctx context.Context, node *corev1.Node, m *machine, now time.Time) (time.Duration, bool, error) {
 	r := m.restart
 	if wrote, err := s.reassertReady(ctx, node.Name, r, now); wrote || err != nil {
@@ -143,31 +123,13 @@ func (s *Sim) kubelet(ctx context.Context, node *corev1.Node, m *machine, now ti
 	if loaded, _ := m.host.LoadedDriver(ctx); loaded == "" {
 		return 0, false, nil
 	}
-	if drv := r.pending(func(p *podRestart) bool { return p.driver && p.startedAt.IsZero() }); len(drv) > 0 {
+	if drv := r.pending(func(p *podRestart) bool { return p.driver && !p.started }); len(drv) > 0 {
 		return s.restartPods(ctx, r, drv, true, now)
 	}
 	if s.driverReadyAgain(node.Name, r) && node.Labels[s.cfg.Keys.DriverReady()] == contract.True {
-		if rest := r.pending(func(p *podRestart) bool { return p.startedAt.IsZero() }); len(rest) > 0 {
+		if rest := r.pending(func(p *podRestart) bool { return !p.started }); len(rest) > 0 {
 			return s.restartPods(ctx, r, rest, true, now)
 		}
-	}
-	// Started pods KWOK has not made Ready again in time start again.
-	var late []types.UID
-	var wake time.Duration
-	for uid, p := range r.pods {
-		if p.startedAt.IsZero() || p.up {
-			continue
-		}
-		if left := p.startedAt.Add(p.startTimeout()).Sub(now); left > 0 {
-			wake = minPositive(wake, left)
-			continue
-		}
-		late = append(late, uid)
-		s.kwokRetries.Add(1)
-		s.cfg.Log.WithFields(logrus.Fields{"node": node.Name, "pod": p.name}).Infof("simulated kubelet: KWOK did not make the pod Ready within %s of its start; starting it again", p.startTimeout())
-	}
-	if len(late) > 0 {
-		return s.restartPods(ctx, r, late, true, now)
 	}
 	if len(r.pending(func(p *podRestart) bool { return !p.up })) == 0 {
 		m.restart = nil
@@ -175,9 +137,9 @@ func (s *Sim) kubelet(ctx context.Context, node *corev1.Node, m *machine, now ti
 		return 0, false, nil
 	}
 	s.cfg.Log.WithFields(logrus.Fields{"node": node.Name, "driverReadyAgain": s.driverReadyAgain(node.Name, r),
-		"driverReadyLabel": node.Labels[s.cfg.Keys.DriverReady()], "notStarted": len(r.pending(func(p *podRestart) bool { return p.startedAt.IsZero() })),
-		"notReadyAgain": len(r.pending(func(p *podRestart) bool { return !p.up })), "lookAgain": wake}).Debug("simulated kubelet: waiting")
-	return wake, false, nil
+		"driverReadyLabel": node.Labels[s.cfg.Keys.DriverReady()], "notStarted": len(r.pending(func(p *podRestart) bool { return !p.started })),
+		"notReadyAgain": len(r.pending(func(p *podRestart) bool { return !p.up }))}).Debug("simulated kubelet: waiting")
+	return 0, false, nil
 }
 
 // podOf is the restart of the pod with uid, nil if none.
@@ -243,7 +205,7 @@ func conditionTrue(p *corev1.Pod, t corev1.PodConditionType) bool {
 // observe marks the started pods the cache shows Ready again, or gone.
 func (s *Sim) observe(r *restart) {
 	for uid, pr := range r.pods {
-		if pr.startedAt.IsZero() || pr.up {
+		if !pr.started || pr.up {
 			continue
 		}
 		p := s.cachedPod(pr, uid)
@@ -280,7 +242,7 @@ func (s *Sim) driverReadyAgain(node string, r *restart) bool {
 		return false
 	}
 	pr, restarted := r.pods[p.UID]
-	return !restarted || (!pr.startedAt.IsZero() && p.Status.Message == r.mark())
+	return !restarted || (pr.started && p.Status.Message == r.mark())
 }
 
 // restartPods holds (start false) or starts the pods; a pod deleted or
@@ -294,7 +256,7 @@ func (s *Sim) restartPods(ctx context.Context, r *restart, uids []types.UID, sta
 		pr := r.pods[uid]
 		p := s.cachedPod(pr, uid)
 		if p == nil {
-			pr.held, pr.startedAt, pr.up = true, now, true
+			pr.held, pr.started, pr.up = true, true, true
 			continue
 		}
 		body, err := restartStatus(p, start, r.mark(), now)
@@ -307,13 +269,12 @@ func (s *Sim) restartPods(ctx context.Context, r *restart, uids []types.UID, sta
 		log := s.cfg.Log.WithFields(logrus.Fields{"node": p.Spec.NodeName, "pod": p.Name})
 		switch {
 		case apierrors.IsNotFound(err):
-			pr.held, pr.startedAt, pr.up = true, now, true
+			pr.held, pr.started, pr.up = true, true, true
 		case err != nil:
 			return 0, wrote, fmt.Errorf("restart pod %s/%s after the reboot: %w", p.Namespace, p.Name, err)
 		case start:
 			wrote = wrote || changed
-			pr.held, pr.startedAt = true, now
-			pr.starts++
+			pr.held, pr.started = true, true
 			s.restarts.Add(1)
 			log.Debug("simulated kubelet: containers started again")
 		default:
@@ -337,45 +298,54 @@ func minPositive(a, b time.Duration) time.Duration {
 
 // restartStatus is the strategic merge patch of a pod's status that holds
 // it (not Ready, containers waiting for the first init container) or
-// starts it (phase Pending for KWOK's pod-ready stage). Pod conditions
-// merge by type; container statuses are replaced whole.
+// starts it (Running and Ready, containers started now). Pod conditions
+// merge by type; container statuses are replaced whole; the pod IP stays.
 func restartStatus(p *corev1.Pod, start bool, mark string, now time.Time) ([]byte, error) {
 	t := metav1.NewTime(now)
-	waiting := func(c corev1.Container, reason string) corev1.ContainerStatus {
-		return corev1.ContainerStatus{Name: c.Name, Image: c.Image, Started: new(bool),
-			State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: reason}}}
-	}
-	reason := "PodInitializing"
-	if start {
-		reason = "ContainerCreating"
+	restarts := map[string]int32{}
+	for _, cs := range p.Status.ContainerStatuses {
+		restarts[cs.Name] = cs.RestartCount
 	}
 	var ctrs, inits []corev1.ContainerStatus
 	for _, c := range p.Spec.Containers {
-		ctrs = append(ctrs, waiting(c, reason))
+		st := corev1.ContainerStatus{Name: c.Name, Image: c.Image, Started: new(bool), RestartCount: restarts[c.Name],
+			State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "PodInitializing"}}}
+		if start {
+			st.Ready, st.Started, st.RestartCount = true, ptr.To(true), restarts[c.Name]+1
+			st.State = corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: t}}
+		}
+		ctrs = append(ctrs, st)
 	}
 	for i, c := range p.Spec.InitContainers {
-		st := waiting(c, "PodInitializing")
-		if i == 0 {
+		st := corev1.ContainerStatus{Name: c.Name, Image: c.Image, Started: new(bool),
+			State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "PodInitializing"}}}
+		switch {
+		case start:
+			st.Ready = true
+			st.State = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{Reason: "Completed", StartedAt: t, FinishedAt: t}}
+		case i == 0:
 			st.State = corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: t}}
 		}
 		inits = append(inits, st)
 	}
+	cond := corev1.ConditionFalse
+	if start {
+		cond = corev1.ConditionTrue
+	}
 	status := map[string]any{
 		"conditions": []corev1.PodCondition{
-			{Type: corev1.PodReady, Status: corev1.ConditionFalse, LastTransitionTime: t},
-			{Type: corev1.ContainersReady, Status: corev1.ConditionFalse, LastTransitionTime: t},
-			{Type: corev1.PodInitialized, Status: corev1.ConditionFalse, LastTransitionTime: t},
+			{Type: corev1.PodReady, Status: cond, LastTransitionTime: t},
+			{Type: corev1.ContainersReady, Status: cond, LastTransitionTime: t},
+			{Type: corev1.PodInitialized, Status: cond, LastTransitionTime: t},
 		},
 		"containerStatuses":     ctrs,
 		"initContainerStatuses": inits,
-		// Held pods stay Running (out of KWOK's pod-ready stage) even if
-		// they were still Pending at the boot.
+		// Running even if the pod was still Pending at the boot: a held
+		// pod must stay out of KWOK's pod-ready stage.
 		"phase": corev1.PodRunning,
 	}
 	if start {
-		status["phase"] = corev1.PodPending
 		status["message"] = mark
-		status["podIP"], status["podIPs"] = nil, nil
 	}
 	body, err := json.Marshal(map[string]any{"status": status})
 	if err != nil {

@@ -17,7 +17,7 @@ import (
 )
 
 // stackPod creates a pod of the chart on node (spec.nodeName set: no
-// scheduler) and makes it Running and Ready, as KWOK had started it.
+// scheduler) and makes it Running and Ready, as KWOK starts a new pod.
 func stackPod(ctx context.Context, t *testing.T, ns, node, name string, driver bool, policy corev1.RestartPolicy, ip string) *corev1.Pod {
 	t.Helper()
 	p := &corev1.Pod{
@@ -96,10 +96,30 @@ func held(p *corev1.Pod) bool {
 }
 
 // started is the status of a pod whose containers the kubelet started
-// again: Pending and not Ready for KWOK's pod-ready stage, with the boot's
-// mark.
-func started(p *corev1.Pod, mark string) bool {
-	return p.Status.Phase == corev1.PodPending && p.Status.Message == mark && condition(p, corev1.PodReady) == corev1.ConditionFalse
+// again at now: Running and Ready, its containers running since now with
+// their restart count one up, its init containers completed, the boot's
+// mark; the pod IP kept.
+func started(p *corev1.Pod, mark, ip string, now time.Time) bool {
+	s := p.Status
+	if s.Phase != corev1.PodRunning || s.Message != mark || s.PodIP != ip || len(s.ContainerStatuses) == 0 || len(s.InitContainerStatuses) == 0 {
+		return false
+	}
+	for _, c := range []corev1.PodConditionType{corev1.PodReady, corev1.ContainersReady, corev1.PodInitialized} {
+		if condition(p, c) != corev1.ConditionTrue {
+			return false
+		}
+	}
+	for _, cs := range s.ContainerStatuses {
+		if r := cs.State.Running; r == nil || !r.StartedAt.Time.Equal(now) || !cs.Ready || cs.RestartCount != 1 {
+			return false
+		}
+	}
+	for _, cs := range s.InitContainerStatuses {
+		if cs.State.Terminated == nil || cs.State.Terminated.Reason != "Completed" {
+			return false
+		}
+	}
+	return true
 }
 
 func getPod(ctx context.Context, t *testing.T, ns, name string) *corev1.Pod {
@@ -169,25 +189,6 @@ func TestKubeletRestartsPodsInPlaceAfterReboot(t *testing.T) {
 		}
 		return after
 	}
-	// kwok plays KWOK's pod-ready stage on the pod by hand: a real status
-	// update, Ready, the status message kept (the restart mark).
-	ips := 10
-	kwok := func(name string) {
-		t.Helper()
-		p := pods[name].DeepCopy()
-		if p.Status.Message != m.restart.mark() {
-			t.Fatalf("%s: KWOK would keep the message %q, not the restart mark", name, p.Status.Message)
-		}
-		ips++
-		kwokReady(p, clk.Now(), fmt.Sprintf("10.0.0.%d", ips))
-		p, err := env.Client.CoreV1().Pods(ns).UpdateStatus(ctx, p, metav1.UpdateOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		pods[name] = p
-		catchUp(ctx, t, s, p)
-	}
-
 	pass(false) // first boot: nothing to restart
 	m.restart = s.podsAtBoot(node.Name, "boot-2")
 	if m.restart == nil || len(m.restart.pods) != 3 {
@@ -212,43 +213,23 @@ func TestKubeletRestartsPodsInPlaceAfterReboot(t *testing.T) {
 	if err := m.host.InstallDriver(ctx, "2", nil); err != nil {
 		t.Fatal(err)
 	}
+	clk.Step(time.Second)
 	pass(true) // the driver pod restarts once the load completes
-	if d := pods["driver"]; writes["driver"] != 1 || !started(d, m.restart.mark()) {
+	if d := pods["driver"]; writes["driver"] != 1 || !started(d, m.restart.mark(), "10.0.0.1", clk.Now()) {
 		t.Fatalf("driver: %d start writes, status after them %+v", writes["driver"], d.Status)
 	}
-	if d := pods["driver"]; d.Status.PodIP != "" || len(d.Status.PodIPs) != 0 {
-		t.Fatalf("driver start keeps the pod IP KWOK assigns again: podIP %q, podIPs %v", d.Status.PodIP, d.Status.PodIPs)
-	}
-	node = setNodeLabel(ctx, t, node.Name, testKeys.DriverReady(), contract.True)
-	// The driver pod is not Ready again yet: wait, and look again when
-	// KWOK is late.
-	if after := pass(false); after != kwokStartTimeout {
-		t.Fatalf("waiting for KWOK, look again after %s, want %s", after, kwokStartTimeout)
-	}
-	clk.Step(kwokStartTimeout)
-	pass(true) // KWOK lost the stamp: the start is written again
-	if writes["driver"] != 2 || s.Stats().KWOKRetries != 1 || !started(pods["driver"], m.restart.mark()) {
-		t.Fatalf("driver writes %d, KWOK retries %d; want 2, 1; status %+v", writes["driver"], s.Stats().KWOKRetries, pods["driver"].Status)
-	}
-
-	kwok("driver")
 	node = setNodeLabel(ctx, t, node.Name, testKeys.DriverReady(), contract.False)
 	pass(false) // driver-ready not reported
 	node = setNodeLabel(ctx, t, node.Name, testKeys.DriverReady(), contract.True)
+	clk.Step(time.Second)
 	pass(true) // now the held pods start
-	for _, name := range []string{"plugin", "exporter"} {
-		if p := pods[name]; writes[name] != 2 || !started(p, m.restart.mark()) {
+	for name, ip := range map[string]string{"plugin": "10.0.0.2", "exporter": "10.0.0.3"} {
+		if p := pods[name]; writes[name] != 2 || !started(p, m.restart.mark(), ip, clk.Now()) {
 			t.Fatalf("%s: %d writes, status after them %+v", name, writes[name], p.Status)
 		}
 	}
-	pass(false)
-	if m.restart == nil {
-		t.Fatal("done before KWOK started the plugin and exporter")
-	}
-	kwok("plugin")
-	kwok("exporter")
-	pass(false)
-	if m.restart != nil || s.Stats().PodRestarts != 4 || writes["driver"] != 2 || writes["job"] != 0 {
+	pass(false) // every pod Ready again: the restart is over
+	if m.restart != nil || s.Stats().PodRestarts != 3 || writes["driver"] != 1 || writes["job"] != 0 {
 		t.Fatalf("restart left %+v, %d restarts, %d driver writes, %d job writes", m.restart, s.Stats().PodRestarts, writes["driver"], writes["job"])
 	}
 }
@@ -411,22 +392,11 @@ func TestKubeletWritesReadyBackAfterTheNodeLifecycleController(t *testing.T) {
 	// restart waits on it no more, so the kubelet writes Ready back.
 	exporter = markNotReady(ctx, t, getPod(ctx, t, ns, "exporter"), time.Unix(990, 0))
 	catchUp(ctx, t, s, exporter)
-	m.restart = &restart{boot: "boot-3", pods: map[types.UID]*podRestart{exporter.UID: {namespace: ns, name: "exporter", held: true, startedAt: clk.Now(), up: true}}}
+	m.restart = &restart{boot: "boot-3", pods: map[types.UID]*podRestart{exporter.UID: {namespace: ns, name: "exporter", held: true, started: true, up: true}}}
 	if _, wrote, err := s.kubelet(ctx, node, m, clk.Now()); err != nil || !wrote {
 		t.Fatalf("restarted pod Ready again then marked not Ready: wrote %v, err %v; want Ready written back", wrote, err)
 	}
 	if p := getPod(ctx, t, ns, "exporter"); condition(p, corev1.PodReady) != corev1.ConditionTrue {
 		t.Fatalf("exporter conditions %+v: want Ready again", p.Status.Conditions)
-	}
-}
-
-func TestStartTimeoutDoublesUpToItsCap(t *testing.T) {
-	for starts, want := range map[int]time.Duration{
-		0: kwokStartTimeout, 1: kwokStartTimeout, 2: 2 * kwokStartTimeout, 3: 4 * kwokStartTimeout,
-		5: 16 * kwokStartTimeout, 6: kwokStartTimeoutMax, 40: kwokStartTimeoutMax,
-	} {
-		if got := (&podRestart{starts: starts}).startTimeout(); got != want {
-			t.Errorf("after %d starts: wait %s for KWOK, want %s", starts, got, want)
-		}
 	}
 }

@@ -59,10 +59,8 @@ type Scenario struct {
 
 	SimWrites int64 `json:"simulatedNodeWrites"`
 	// SimPodRestarts are the pods the simulated kubelet restarted in place
-	// after the reboots; SimKWOKRetries the restarts it wrote again
-	// because KWOK had not made the pod Ready in time.
+	// after the reboots.
 	SimPodRestarts int64 `json:"simulatedPodRestarts"`
-	SimKWOKRetries int64 `json:"simulatedKWOKRetries,omitempty"`
 	// SimHeartbeatMaxLag is the latest the simulator renewed a bucket of
 	// node Leases, since the fleet was set up (seconds).
 	SimHeartbeatMaxLag Seconds `json:"simulatedHeartbeatMaxLagSeconds,omitempty"`
@@ -225,11 +223,7 @@ func Markdown(r Report) string {
 	}
 	var restarts []string
 	for _, s := range r.Scenarios {
-		p := fmt.Sprintf("%s: %.2f", s.Name(), float64(s.SimPodRestarts)/float64(max(s.Upgraded, 1)))
-		if s.SimKWOKRetries > 0 {
-			p += fmt.Sprintf(" (%d started again: KWOK late)", s.SimKWOKRetries)
-		}
-		restarts = append(restarts, p)
+		restarts = append(restarts, fmt.Sprintf("%s: %.2f", s.Name(), float64(s.SimPodRestarts)/float64(max(s.Upgraded, 1))))
 	}
 	if len(restarts) > 0 {
 		fmt.Fprintf(&b, "\nPods restarted in place by the simulated kubelet after the reboots, per upgraded node: %s.\n", strings.Join(restarts, "; "))

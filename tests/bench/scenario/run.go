@@ -74,7 +74,6 @@ func (b *Bed) Run(ctx context.Context, spec Spec) (report.Scenario, error) {
 	simAfter := b.sim.Stats()
 	out.SimWrites = simAfter.Writes - simBefore.Writes
 	out.SimPodRestarts = simAfter.PodRestarts - simBefore.PodRestarts
-	out.SimKWOKRetries = simAfter.KWOKRetries - simBefore.KWOKRetries
 	out.SimHeartbeatMaxLag = report.S(simAfter.HeartbeatMaxLag)
 
 	if out.Upgraded, err = b.checkUpgraded(ctx, version); err != nil {

@@ -212,8 +212,8 @@ func runFleet(ctx context.Context, cfg Config, f Fleet, agents bool, r *report.R
 		}
 		slog.WithFields(logrus.Fields{"wall": fmt.Sprintf("%.1fs", s.Wall), "writesPerNode": fmt.Sprintf("%.1f", s.WritesPerNode()),
 			"peakMiB": fmt.Sprintf("%.0f", s.RolloutPeakMB), "stepP99": fmt.Sprintf("%.3fs", s.Steps.P99),
-			"podsRestartedInPlace": s.SimPodRestarts, "kwokRetries": s.SimKWOKRetries,
-			"heartbeatMaxLag": fmt.Sprintf("%.1fs", s.SimHeartbeatMaxLag)}).Info("rollout done")
+			"podsRestartedInPlace": s.SimPodRestarts,
+			"heartbeatMaxLag":      fmt.Sprintf("%.1fs", s.SimHeartbeatMaxLag)}).Info("rollout done")
 		out = append(out, s)
 	}
 	return out, nil
