@@ -293,19 +293,54 @@ func (b *Bed) waitDaemonSets(ctx context.Context, driverUpdated bool) error {
 	return nil
 }
 
-// rolloutArgs are the rollout hook Job's container args as rendered.
-func rolloutArgs(rel *release.Release) ([]string, error) {
+// rolloutCommand is the rollout hook Job's container as the Job runs it:
+// its args as rendered and its environment as the kubelet resolves it
+// (GOMEMLIMIT from the container's memory limit), so the measured process
+// is the one a cluster would run.
+func rolloutCommand(rel *release.Release) (args, env []string, err error) {
 	for _, h := range rel.Hooks {
 		if !strings.HasSuffix(h.Name, "-rollout") {
 			continue
 		}
 		var job batchv1.Job
 		if err := yaml.Unmarshal([]byte(h.Manifest), &job); err != nil {
-			return nil, fmt.Errorf("decode the rollout hook %s: %w", h.Name, err)
+			return nil, nil, fmt.Errorf("decode the rollout hook %s: %w", h.Name, err)
 		}
-		return job.Spec.Template.Spec.Containers[0].Args, nil
+		c := job.Spec.Template.Spec.Containers[0]
+		env, err := containerEnv(c)
+		if err != nil {
+			return nil, nil, fmt.Errorf("rollout hook %s: %w", h.Name, err)
+		}
+		return c.Args, env, nil
 	}
-	return nil, fmt.Errorf("release %s has no rollout hook", rel.Name)
+	return nil, nil, fmt.Errorf("release %s has no rollout hook", rel.Name)
+}
+
+// containerEnv resolves what the benchmark can of a container's env: plain
+// values and its own resource limits.
+func containerEnv(c corev1.Container) ([]string, error) {
+	var out []string
+	for _, e := range c.Env {
+		switch {
+		case e.ValueFrom == nil:
+			out = append(out, e.Name+"="+e.Value)
+		case e.ValueFrom.ResourceFieldRef != nil:
+			ref := e.ValueFrom.ResourceFieldRef
+			res, ok := strings.CutPrefix(ref.Resource, "limits.")
+			q, set := c.Resources.Limits[corev1.ResourceName(res)]
+			if !ok || !set {
+				return nil, fmt.Errorf("env %s: %s of container %s is not a limit it sets", e.Name, ref.Resource, c.Name)
+			}
+			div := int64(1)
+			if !ref.Divisor.IsZero() {
+				div = ref.Divisor.Value()
+			}
+			out = append(out, fmt.Sprintf("%s=%d", e.Name, (q.Value()+div-1)/div))
+		default:
+			return nil, fmt.Errorf("env %s of container %s: the benchmark resolves values and resource limits only", e.Name, c.Name)
+		}
+	}
+	return out, nil
 }
 
 // Parallelism is maxParallelUpgrades as a scenario axis.

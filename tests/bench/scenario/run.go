@@ -53,7 +53,7 @@ func (b *Bed) Run(ctx context.Context, spec Spec) (report.Scenario, error) {
 	if err != nil {
 		return out, fmt.Errorf("helm upgrade to driver %s: %w", version, err)
 	}
-	args, err := rolloutArgs(rel)
+	args, env, err := rolloutCommand(rel)
 	if err != nil {
 		return out, err
 	}
@@ -66,7 +66,7 @@ func (b *Bed) Run(ctx context.Context, spec Spec) (report.Scenario, error) {
 	b.proxy.Counter.Snapshot()
 	simBefore := b.sim.Stats()
 	logPath := filepath.Join(b.cfg.Dir, fmt.Sprintf("rollout-n%d-p%s-t%s.log", n, strings.TrimSuffix(spec.Parallelism.Label, "%"), spec.Timing.Total()))
-	wall, usage, err := b.rollout(ctx, append(args, spec.ExtraArgs...), logPath, spec.Timeout)
+	wall, usage, err := b.rollout(ctx, append(args, spec.ExtraArgs...), env, logPath, spec.Timeout)
 	if err != nil {
 		return out, err
 	}
@@ -96,7 +96,7 @@ func (b *Bed) Run(ctx context.Context, spec Spec) (report.Scenario, error) {
 
 // rollout runs npu-hooks rollout with the chart's arguments, as the hook
 // Job would, through the counting proxy.
-func (b *Bed) rollout(ctx context.Context, args []string, logPath string, timeout time.Duration) (time.Duration, procstat.Usage, error) {
+func (b *Bed) rollout(ctx context.Context, args, env []string, logPath string, timeout time.Duration) (time.Duration, procstat.Usage, error) {
 	logf, err := os.Create(logPath)
 	if err != nil {
 		return 0, procstat.Usage{}, fmt.Errorf("rollout log: %w", err)
@@ -106,7 +106,7 @@ func (b *Bed) rollout(ctx context.Context, args []string, logPath string, timeou
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	cmd := exec.Command(filepath.Join(b.cfg.Env.ProductBinDir, "npu-hooks"), all...)
-	cmd.Env = withoutKubeconfig(os.Environ())
+	cmd.Env = append(withoutKubeconfig(os.Environ()), env...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	start := time.Now()
 	// Its own peak, read at its exit: wait4's would be the benchmark's,
