@@ -157,7 +157,7 @@ var fixedNotes = []string{
 	"Requests are counted by a proxy between `npu-hooks rollout` and the API server; writes include the Events it records (one NPUDriverUpgrade per node patch that changes the state, naming every state it passes; RebootRequired) and its Lease renewals. `delete pods` are the re-roll of device-plugin and exporter pods found started before their node's driver was ready.",
 	"Step latency: receive times of the node and pod watches of the benchmark process (Go monotonic clock), from what allowed a step to the rollout's write taking it seen; it includes the rollout's queueing behind other nodes' steps and the API server's latency under the load of the whole fleet. The rollout takes every transition the cluster allows in one node patch (e.g. no state → reboot-required, validation-required → up to date), so a step counts only where something had to happen first: budget freed (a queued node admitted after a node in progress finished), boot ID changed (leaving reboot-required), driver-ready and pods Ready again (leaving validation-required: the node's driver-ready=true with the new version and its driver, device-plugin and exporter pods Ready again after the reboot, whichever came last), driver ready → re-roll (the deletion of pods started before the driver was ready); previous step done only for a state the rollout left in a write of its own.",
 	"The node side (rebooter, driver entry, health-watch of every KWOK node) is played in the benchmark process with the product's pure decision functions on in-memory hosts and unlimited reboot slots; KWOK keeps the nodes Ready during their simulated reboot.",
-	"The benchmark also plays the kubelet's part in a reboot: a new boot ID, and the node's pods of the chart namespace restarted in place (same pod UID), not re-created. From the boot the device-plugin and exporter pods are held not Ready, their containers waiting as behind their `validate --wait` init container; the driver pod restarts once the driver load completes; the held pods start once the driver pod is Ready again and the node has driver-ready=true. Each restart is a write to the pod's status (phase Pending, not Ready) that KWOK's pod-ready stage answers with fresh Ready conditions and container start times, so the pods start after the driver became ready and the rollout has nothing to re-roll. The driver pod shows the Ready of the previous boot until the driver load completes (the rollout waits for the new driver-version label meanwhile). A started pod that KWOK has not made Ready again within 5 s is started again, the wait doubling with each start up to 2 min (KWOK plays a stage once per pod event and does not retry a rejected status patch; a slow KWOK must not be fed more work); how often, if ever, is shown under the request table. Pods the node lifecycle controller marked not Ready (a late Lease renewal) get their Ready written back, as a kubelet's status sync does.",
+	"The benchmark also plays the kubelet's part in a reboot: a new boot ID, and the node's pods of the chart namespace restarted in place (same pod UID), not re-created. From the boot the device-plugin and exporter pods are held not Ready, their containers waiting as behind their `validate --wait` init container; the driver pod restarts once the driver load completes; the held pods start once the driver pod is Ready again and the node has driver-ready=true. A hold and a start are one write each to the pod's status (the start: Running and Ready, containers started now, restart count one up), so the pods start after the driver became ready and the rollout has nothing to re-roll. The driver pod shows the Ready of the previous boot until the driver load completes (the rollout waits for the new driver-version label meanwhile). Pods the node lifecycle controller marked not Ready (a late Lease renewal) get their Ready written back, as a kubelet's status sync does.",
 }
 
 func runFleet(ctx context.Context, cfg Config, f Fleet, agents bool, r *report.Report) ([]report.Scenario, error) {
@@ -215,6 +215,14 @@ func runFleet(ctx context.Context, cfg Config, f Fleet, agents bool, r *report.R
 			"podsRestartedInPlace": s.SimPodRestarts,
 			"heartbeatMaxLag":      fmt.Sprintf("%.1fs", s.SimHeartbeatMaxLag)}).Info("rollout done")
 		out = append(out, s)
+		// Written after every scenario: a 5,000-node fleet takes an hour,
+		// and a run stopped midway keeps what it measured.
+		partial := *r
+		partial.Scenarios = append(append([]report.Scenario(nil), r.Scenarios...), out...)
+		partial.Targets = report.Targets(partial)
+		if err := write(cfg.OutDir, partial); err != nil {
+			slog.WithError(err).Warn("write the results so far")
+		}
 	}
 	return out, nil
 }
