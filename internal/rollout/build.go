@@ -23,7 +23,7 @@ const NPUResourcePrefix = "huawei.com/"
 type Inputs struct {
 	// Nodes are the NPU nodes (selected by npuNodeSelector).
 	Nodes []*corev1.Node
-	Pods  []*corev1.Pod
+	Pods  []*CachedPod
 	// Drivers are the driver DaemonSets, one per profile.
 	Drivers []*appsv1.DaemonSet
 	Targets []ResolvedTarget
@@ -49,7 +49,7 @@ type viewer struct {
 	in         Inputs
 	v          View
 	k          viewKeys
-	podsByNode map[string][]*corev1.Pod
+	podsByNode map[string][]*CachedPod
 	targetOf   map[string]string // DaemonSet UID → target name
 	driverSel  []labels.Selector // the node selector of each of in.Drivers
 }
@@ -73,10 +73,10 @@ func newViewKeys(k contract.Keys) viewKeys {
 }
 
 func newViewer(in Inputs, v View) *viewer {
-	w := &viewer{in: in, v: v, k: newViewKeys(v.Keys), podsByNode: make(map[string][]*corev1.Pod, len(in.Nodes)), targetOf: map[string]string{}}
+	w := &viewer{in: in, v: v, k: newViewKeys(v.Keys), podsByNode: make(map[string][]*CachedPod, len(in.Nodes)), targetOf: map[string]string{}}
 	for _, p := range in.Pods {
-		if p.Spec.NodeName != "" {
-			w.podsByNode[p.Spec.NodeName] = append(w.podsByNode[p.Spec.NodeName], p)
+		if p.NodeName != "" {
+			w.podsByNode[p.NodeName] = append(w.podsByNode[p.NodeName], p)
 		}
 	}
 	for _, t := range in.Targets {
@@ -145,10 +145,10 @@ func (w *viewer) view(node *corev1.Node) NodeView {
 		}
 	}
 	for _, p := range w.podsByNode[node.Name] {
-		if podFinished(p) {
+		if p.Phase == corev1.PodSucceeded || p.Phase == corev1.PodFailed {
 			continue
 		}
-		owner := daemonSetOwner(p)
+		owner := p.DaemonSet
 		switch {
 		case profile != nil && owner == string(profile.UID):
 			n.Driver = newerDriver(n.Driver, p, k.specVersion)
@@ -156,9 +156,9 @@ func (w *viewer) view(node *corev1.Node) NodeView {
 			t := w.targetOf[owner]
 			n.TargetPods[t] = append(n.TargetPods[t], TargetPod{
 				Target: t, Namespace: p.Namespace, Name: p.Name, UID: string(p.UID),
-				Started: lastStart(p), Ready: podReady(p) != nil, Terminating: p.DeletionTimestamp != nil,
+				Started: p.Started, Ready: p.Ready, Terminating: p.DeletionTimestamp != nil,
 			})
-		case owner == "" && usesNPU(p):
+		case owner == "" && p.NPU:
 			n.NPUPods++
 		}
 		if owner == "" && v.WaitSelector != nil && !v.WaitSelector.Empty() && v.WaitSelector.Matches(labels.Set(p.Labels)) {
@@ -199,76 +199,15 @@ func profileLabels(node *corev1.Node) string {
 	return strings.Join(parts, ", ")
 }
 
-func newerDriver(cur *DriverPod, p *corev1.Pod, specVersionKey string) *DriverPod {
+func newerDriver(cur *DriverPod, p *CachedPod, specVersionKey string) *DriverPod {
 	if cur != nil && p.DeletionTimestamp != nil {
 		return cur
 	}
 	d := &DriverPod{Name: p.Name, Version: p.Annotations[specVersionKey]}
-	if c := podReady(p); c != nil && p.DeletionTimestamp == nil {
-		d.Ready, d.ReadyAt = true, c.LastTransitionTime.Time
+	if p.Ready && p.DeletionTimestamp == nil {
+		d.Ready, d.ReadyAt = true, p.ReadyAt
 	}
 	return d
-}
-
-// lastStart is when the pod's main containers last (re)started: a device
-// plugin restarted after a reboot is a new process, but one that started
-// before the driver was ready may hold stale device handles.
-func lastStart(p *corev1.Pod) time.Time {
-	var t time.Time
-	for _, cs := range p.Status.ContainerStatuses {
-		if r := cs.State.Running; r != nil && r.StartedAt.After(t) {
-			t = r.StartedAt.Time
-		}
-	}
-	return t
-}
-
-// podReady returns the Ready condition when it is true.
-func podReady(p *corev1.Pod) *corev1.PodCondition {
-	for i := range p.Status.Conditions {
-		c := &p.Status.Conditions[i]
-		if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
-			return c
-		}
-	}
-	return nil
-}
-
-func podFinished(p *corev1.Pod) bool {
-	return p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed
-}
-
-// daemonSetOwner is the UID of the pod's controlling DaemonSet, "" if none.
-// It reads the references in place: metav1.GetControllerOf copies one per
-// call, and this runs for every pod of every node viewed.
-func daemonSetOwner(p *corev1.Pod) string {
-	for i := range p.OwnerReferences {
-		if ref := &p.OwnerReferences[i]; ref.Controller != nil && *ref.Controller {
-			if ref.Kind == "DaemonSet" {
-				return string(ref.UID)
-			}
-			return ""
-		}
-	}
-	return ""
-}
-
-// usesNPU is true for a pod that requests or limits an NPU resource.
-func usesNPU(p *corev1.Pod) bool {
-	cs := append(append([]corev1.Container{}, p.Spec.InitContainers...), p.Spec.Containers...)
-	for _, c := range cs {
-		for name := range c.Resources.Limits {
-			if strings.HasPrefix(string(name), NPUResourcePrefix) {
-				return true
-			}
-		}
-		for name := range c.Resources.Requests {
-			if strings.HasPrefix(string(name), NPUResourcePrefix) {
-				return true
-			}
-		}
-	}
-	return false
 }
 
 func parseTime(s string) time.Time {

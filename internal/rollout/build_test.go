@@ -32,6 +32,15 @@ func ownedPod(name, node string, ds *appsv1.DaemonSet, created time.Time) *corev
 	}, Spec: corev1.PodSpec{NodeName: node}}
 }
 
+// cached is what the rollout's pod cache holds of pods.
+func cached(pods ...*corev1.Pod) []*CachedPod {
+	out := make([]*CachedPod, len(pods))
+	for i, p := range pods {
+		out[i] = CachePod(p, keys)
+	}
+	return out
+}
+
 func TestBuildSnapshot(t *testing.T) {
 	node := &corev1.Node{
 		ObjectMeta: metav1.ObjectMeta{Name: "n1", ResourceVersion: "9",
@@ -54,7 +63,7 @@ func TestBuildSnapshot(t *testing.T) {
 	cpu := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "ml"}, Spec: corev1.PodSpec{NodeName: "n1", Containers: []corev1.Container{{}}}}
 	s := BuildSnapshot(Inputs{
 		Nodes:   []*corev1.Node{node},
-		Pods:    []*corev1.Pod{dpod, ownedPod("dp-1", "n1", dp, now.Add(-time.Hour)), ownedPod("dp-2", "n2", dp, now), npu, done, cpu},
+		Pods:    cached(dpod, ownedPod("dp-1", "n1", dp, now.Add(-time.Hour)), ownedPod("dp-2", "n2", dp, now), npu, done, cpu),
 		Drivers: []*appsv1.DaemonSet{drv, other},
 		Targets: []ResolvedTarget{{Name: "ns/dp", DaemonSets: []*appsv1.DaemonSet{dp}}},
 	}, View{Keys: keys})

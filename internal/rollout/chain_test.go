@@ -98,7 +98,7 @@ func TestChainedFreshRolloutWritesOncePerNode(t *testing.T) {
 func TestChainStopsAtEvictions(t *testing.T) {
 	train := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "train", Namespace: "ml"}, Spec: corev1.PodSpec{NodeName: "n0",
 		Containers: []corev1.Container{{Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{"huawei.com/Ascend910": resource.MustParse("1")}}}}}}
-	d := chained(chainPolicy(0, "100%"), Inputs{Nodes: []*corev1.Node{chainNode("n0", "label:"+keys.UpgradeState()+"=upgrade-required")}, Pods: []*corev1.Pod{train}})
+	d := chained(chainPolicy(0, "100%"), Inputs{Nodes: []*corev1.Node{chainNode("n0", "label:"+keys.UpgradeState()+"=upgrade-required")}, Pods: cached(train)})
 	if len(d.Actions) != 1 || path(d.Actions[0]) != "n0: upgrade-required>cordon-required>wait-for-jobs-required>pod-deletion-required" {
 		t.Fatalf("actions %v; want one chain ending where the NPU pods must be evicted", moves(d))
 	}
@@ -133,7 +133,7 @@ func TestChainNeverSpendsBudgetFreedInTheSameDecision(t *testing.T) {
 		{last, chainNode("n1"), "n0: uncordon-required>"},
 	} {
 		t.Run(fmt.Sprintf("%s then %q", tc.want, tc.queued.Labels[keys.UpgradeState()]), func(t *testing.T) {
-			d := chained(chainPolicy(1, "1"), Inputs{Nodes: []*corev1.Node{tc.finishing, tc.queued}, Pods: []*corev1.Pod{dpod}, Drivers: []*appsv1.DaemonSet{drv}})
+			d := chained(chainPolicy(1, "1"), Inputs{Nodes: []*corev1.Node{tc.finishing, tc.queued}, Pods: cached(dpod), Drivers: []*appsv1.DaemonSet{drv}})
 			got := map[string]string{}
 			for _, a := range d.Actions {
 				got[a.Node] = path(a)
@@ -176,7 +176,7 @@ func BenchmarkDecideChained(b *testing.B) {
 	for i := range 5000 {
 		name := fmt.Sprintf("n%04d", i)
 		in.Nodes = append(in.Nodes, chainNode(name))
-		in.Pods = append(in.Pods, ownedPod("drv-"+name, name, drv, now), ownedPod("dp-"+name, name, dp, now), ownedPod("ex-"+name, name, ex, now))
+		in.Pods = append(in.Pods, cached(ownedPod("drv-"+name, name, drv, now), ownedPod("dp-"+name, name, dp, now), ownedPod("ex-"+name, name, ex, now))...)
 	}
 	p := chainPolicy(0, "10%")
 	b.ResetTimer()

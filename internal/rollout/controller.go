@@ -52,7 +52,7 @@ type Config struct {
 type Controller struct {
 	cfg     Config
 	nodes   corelisters.NodeLister
-	pods    corelisters.PodLister
+	pods    cache.Indexer // of *CachedPod
 	dsets   appslisters.DaemonSetLister
 	factory []informers.SharedInformerFactory
 	synced  []cache.InformerSynced
@@ -83,7 +83,7 @@ func NewController(cfg Config) *Controller {
 	allF := informers.NewSharedInformerFactoryWithOptions(cfg.Client, 0, slim)
 	c.factory = []informers.SharedInformerFactory{nodeF, allF}
 	ni, pi, di := nodeF.Core().V1().Nodes(), allF.Core().V1().Pods(), allF.Apps().V1().DaemonSets()
-	c.nodes, c.pods, c.dsets = ni.Lister(), pi.Lister(), di.Lister()
+	c.nodes, c.pods, c.dsets = ni.Lister(), pi.Informer().GetIndexer(), di.Lister()
 	h := cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(any) { c.poke() },
 		UpdateFunc: func(any, any) { c.poke() },
@@ -132,9 +132,12 @@ func (c *Controller) inputs() (Inputs, View, error) {
 		return Inputs{}, View{}, fmt.Errorf("list nodes: %w", err)
 	}
 	nodes = c.overlayWritten(nodes)
-	pods, err := c.pods.List(labels.Everything())
-	if err != nil {
-		return Inputs{}, View{}, fmt.Errorf("list pods: %w", err)
+	cached := c.pods.List()
+	pods := make([]*CachedPod, 0, len(cached))
+	for _, o := range cached {
+		if p, ok := o.(*CachedPod); ok {
+			pods = append(pods, p)
+		}
 	}
 	all, err := c.dsets.List(labels.Everything())
 	if err != nil {

@@ -2,9 +2,11 @@ package rollout
 
 import (
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/openfuyao/npu-stack/internal/contract"
@@ -15,12 +17,15 @@ import (
 // re-roll targets may live anywhere), and a full pod is tens of
 // kilobytes (env, volumes, managed fields); the rollout's memory would
 // grow with the cluster's workloads rather than with its NPU nodes.
-// It is idempotent: a slim object comes out unchanged.
+// Pods become CachedPods. It is idempotent: a slim object comes out
+// unchanged.
 func slimTransform(k contract.Keys) cache.TransformFunc {
 	return func(obj any) (any, error) {
 		switch o := obj.(type) {
 		case *corev1.Pod:
-			return slimPod(o, k), nil
+			return CachePod(o, k), nil
+		case *CachedPod:
+			return o, nil
 		case *corev1.Node:
 			return slimNode(o, k), nil
 		case metav1.Object:
@@ -30,62 +35,89 @@ func slimTransform(k contract.Keys) cache.TransformFunc {
 	}
 }
 
-func slimPod(p *corev1.Pod, k contract.Keys) *corev1.Pod {
-	out := &corev1.Pod{
-		TypeMeta: p.TypeMeta,
+// CachedPod is what the rollout keeps of a pod: the few fields a node
+// view reads, a fifth of a *corev1.Pod (whose struct alone is 1.2 kB).
+// The pod cache holds every pod of the cluster, so this is most of the
+// rollout's memory on a large fleet.
+type CachedPod struct {
+	metav1.TypeMeta
+	// ObjectMeta keeps name, namespace, UID, resourceVersion, deletion
+	// time, the labels of pods without a DaemonSet (matched against the
+	// wait-for-completion selector) and the driver-version annotation.
+	metav1.ObjectMeta
+	NodeName string
+	Phase    corev1.PodPhase
+	// DaemonSet is the UID of the controlling DaemonSet, "" if none.
+	DaemonSet string
+	// NPU: some container requests or limits an NPU resource.
+	NPU bool
+	// Ready is the Ready condition, true since ReadyAt.
+	Ready   bool
+	ReadyAt time.Time
+	// Started is when a main container last started (zero: none runs).
+	Started time.Time
+}
+
+// DeepCopyObject makes CachedPod a runtime.Object, as the informer's
+// store needs.
+func (p *CachedPod) DeepCopyObject() runtime.Object {
+	out := *p
+	p.DeepCopyInto(&out.ObjectMeta)
+	return &out
+}
+
+// CachePod reduces a pod to what the rollout reads of it.
+func CachePod(p *corev1.Pod, k contract.Keys) *CachedPod {
+	out := &CachedPod{
 		ObjectMeta: metav1.ObjectMeta{
 			Name: p.Name, Namespace: p.Namespace, UID: p.UID, ResourceVersion: p.ResourceVersion,
-			Labels: p.Labels, CreationTimestamp: p.CreationTimestamp, DeletionTimestamp: p.DeletionTimestamp,
+			DeletionTimestamp: p.DeletionTimestamp,
 		},
-		Spec:   corev1.PodSpec{NodeName: p.Spec.NodeName, InitContainers: npuContainers(p.Spec.InitContainers), Containers: npuContainers(p.Spec.Containers)},
-		Status: corev1.PodStatus{Phase: p.Status.Phase},
+		NodeName: p.Spec.NodeName, Phase: p.Status.Phase, DaemonSet: daemonSetOwner(p), NPU: usesNPU(p),
 	}
-	if ref := metav1.GetControllerOf(p); ref != nil {
-		out.OwnerReferences = []metav1.OwnerReference{*ref}
-	}
-	if daemonSetOwner(p) != "" {
-		// Only pods without a DaemonSet are matched against the
-		// wait-for-completion selector; a DaemonSet pod's labels are a
-		// third of what the cache would hold for it.
-		out.Labels = nil
+	if out.DaemonSet == "" {
+		out.Labels = p.Labels
 	}
 	if v, ok := p.Annotations[k.DriverSpecVersion()]; ok {
 		out.Annotations = map[string]string{k.DriverSpecVersion(): v}
 	}
-	if c := podReady(p); c != nil {
-		out.Status.Conditions = []corev1.PodCondition{*c}
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
+			out.Ready, out.ReadyAt = true, c.LastTransitionTime.Time
+		}
 	}
+	// A device plugin restarted after a reboot is a new process, but one
+	// that started before the driver was ready may hold stale handles.
 	for _, cs := range p.Status.ContainerStatuses {
-		if cs.State.Running != nil {
-			out.Status.ContainerStatuses = append(out.Status.ContainerStatuses, corev1.ContainerStatus{Name: cs.Name, State: corev1.ContainerState{Running: cs.State.Running}})
+		if r := cs.State.Running; r != nil && r.StartedAt.After(out.Started) {
+			out.Started = r.StartedAt.Time
 		}
 	}
 	return out
 }
 
-// npuContainers keeps the containers' NPU resources only.
-func npuContainers(cs []corev1.Container) []corev1.Container {
-	var out []corev1.Container
-	for _, c := range cs {
-		r := corev1.ResourceRequirements{Limits: npuResources(c.Resources.Limits), Requests: npuResources(c.Resources.Requests)}
-		if r.Limits != nil || r.Requests != nil {
-			out = append(out, corev1.Container{Name: c.Name, Resources: r})
-		}
+// daemonSetOwner is the UID of the pod's controlling DaemonSet, "" if none.
+func daemonSetOwner(p *corev1.Pod) string {
+	if ref := metav1.GetControllerOf(p); ref != nil && ref.Kind == "DaemonSet" {
+		return string(ref.UID)
 	}
-	return out
+	return ""
 }
 
-func npuResources(l corev1.ResourceList) corev1.ResourceList {
-	var out corev1.ResourceList
-	for name, q := range l {
-		if strings.HasPrefix(string(name), NPUResourcePrefix) {
-			if out == nil {
-				out = corev1.ResourceList{}
+// usesNPU is true for a pod that requests or limits an NPU resource.
+func usesNPU(p *corev1.Pod) bool {
+	for _, cs := range [][]corev1.Container{p.Spec.InitContainers, p.Spec.Containers} {
+		for _, c := range cs {
+			for _, l := range []corev1.ResourceList{c.Resources.Limits, c.Resources.Requests} {
+				for name := range l {
+					if strings.HasPrefix(string(name), NPUResourcePrefix) {
+						return true
+					}
+				}
 			}
-			out[name] = q
 		}
 	}
-	return out
+	return false
 }
 
 // slimNode keeps what a node view reads: name, labels (profile and

@@ -10,10 +10,11 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
 )
 
-// The slim cache must not change a single decision input.
-func TestSlimObjectsBuildTheSameSnapshot(t *testing.T) {
+// The caches keep every input of a decision, and little else.
+func TestCacheKeepsEveryDecisionInput(t *testing.T) {
 	drv := driverDS("drv", "2.0", nil)
 	dp := &appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Name: "dp", Namespace: "ns", UID: "uid-dp"}}
 	node := chainNode("n1", "label:"+keys.UpgradeState()+"=validation-required", keys.UpgradeRerolled()+"=u0=ns/dp")
@@ -46,31 +47,45 @@ func TestSlimObjectsBuildTheSameSnapshot(t *testing.T) {
 
 	pods := []*corev1.Pod{dpod, plugin, gone, npu, finished, waiting}
 	sel, _ := labels.Parse("batch=yes")
-	in := Inputs{Nodes: []*corev1.Node{node}, Pods: pods, Drivers: []*appsv1.DaemonSet{drv},
+	transform := slimTransform(keys)
+	in := Inputs{Nodes: []*corev1.Node{node}, Drivers: []*appsv1.DaemonSet{drv},
 		Targets: []ResolvedTarget{{Name: "ns/dp", DaemonSets: []*appsv1.DaemonSet{dp}}}}
+	for _, p := range pods {
+		once := mustTransform(t, transform, p.DeepCopy())
+		if twice := mustTransform(t, transform, once.(runtime.Object).DeepCopyObject()); !reflect.DeepEqual(once, twice) {
+			t.Errorf("pod %s: slimming twice differs from once", p.Name)
+		}
+		in.Pods = append(in.Pods, once.(*CachedPod))
+	}
 	v := View{Keys: keys, WaitSelector: sel}
 	full := BuildSnapshot(in, v)
 
-	transform := slimTransform(keys)
+	// Every input a view reads survives the cache.
+	n := full.Nodes[0]
+	if n.NPUPods != 1 || n.WaitPods != 2 || n.Driver == nil || !n.Driver.Ready || !n.Driver.ReadyAt.Equal(now) || n.Driver.Version != "2.0" {
+		t.Fatalf("node view from cached pods: %+v", n)
+	}
+	tp := n.TargetPods["ns/dp"]
+	if len(tp) != 2 || !tp[0].Started.Equal(now.Add(-time.Minute)) || !tp[0].Ready || tp[0].Terminating || !tp[1].Terminating {
+		t.Fatalf("target pods from cached pods: %+v", tp)
+	}
+	// And nothing else: a pod of a DaemonSet keeps no labels, no pod keeps
+	// its spec, other annotations or managed fields.
+	c := in.Pods[1]
+	if c.Labels != nil || c.Annotations != nil || c.ManagedFields != nil || c.OwnerReferences != nil {
+		t.Errorf("cached DaemonSet pod keeps what no decision reads: %+v", c)
+	}
+	if d := in.Pods[0]; len(d.Annotations) != 1 {
+		t.Errorf("cached driver pod annotations %v: want the driver version only", d.Annotations)
+	}
+	if w := in.Pods[5]; w.Labels["batch"] != "yes" {
+		t.Errorf("cached pod without a DaemonSet lost the labels the wait selector reads: %v", w.Labels)
+	}
+
 	slim := in
 	slim.Nodes = []*corev1.Node{mustTransform(t, transform, node.DeepCopy()).(*corev1.Node)}
-	slim.Pods = nil
-	for _, p := range pods {
-		once := mustTransform(t, transform, p.DeepCopy())
-		if twice := mustTransform(t, transform, once.(*corev1.Pod).DeepCopy()); !reflect.DeepEqual(once, twice) {
-			t.Errorf("pod %s: slimming twice differs from once", p.Name)
-		}
-		slim.Pods = append(slim.Pods, once.(*corev1.Pod))
-	}
 	if got := BuildSnapshot(slim, v); !reflect.DeepEqual(got, full) {
-		t.Fatalf("snapshot from slim objects:\n%+v\nfrom full objects:\n%+v", got.Nodes[0], full.Nodes[0])
-	}
-	if n := full.Nodes[0]; n.NPUPods != 1 || n.WaitPods != 2 || len(n.TargetPods["ns/dp"]) != 2 || n.Driver == nil || !n.Driver.Ready {
-		t.Fatalf("the comparison covers too little: %+v", n)
-	}
-	s := slim.Pods[1]
-	if len(s.Spec.Containers) != 0 || s.ManagedFields != nil || len(s.Status.ContainerStatuses) != 1 || s.Labels != nil {
-		t.Errorf("slim pod keeps what no decision reads: %+v", s)
+		t.Fatalf("snapshot from a slim node:\n%+v\nfrom the full node:\n%+v", got.Nodes[0], full.Nodes[0])
 	}
 	sn := slim.Nodes[0]
 	if sn.Status.Images != nil || sn.ManagedFields != nil || sn.Status.Addresses != nil || len(sn.Status.Conditions) != 1 {
