@@ -388,6 +388,25 @@ func TestKubeletWritesReadyBackAfterTheNodeLifecycleController(t *testing.T) {
 		t.Fatalf("third pass: wrote %v, err %v; want nothing left to write", wrote, err)
 	}
 
+	// A started pod the node lifecycle controller marked not Ready before
+	// the simulator saw it Ready: its start is seen (the mark), so it is up
+	// and gets Ready written back, and the restart does not wait for good.
+	plugin = getPod(ctx, t, ns, "plugin")
+	plugin.Status.Message = "containers restarted in place after boot boot-4 (simulated kubelet)"
+	setCondition(plugin, corev1.PodReady, corev1.ConditionFalse, time.Unix(995, 0))
+	plugin, err := env.Client.CoreV1().Pods(ns).UpdateStatus(ctx, plugin, metav1.UpdateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	catchUp(ctx, t, s, plugin)
+	m.restart = &restart{boot: "boot-4", pods: map[types.UID]*podRestart{plugin.UID: {namespace: ns, name: "plugin", held: true, started: true}}}
+	if _, wrote, err := s.kubelet(ctx, node, m, clk.Now()); err != nil || !wrote {
+		t.Fatalf("started pod marked not Ready before it was seen: wrote %v, err %v; want Ready written back", wrote, err)
+	}
+	if p := getPod(ctx, t, ns, "plugin"); condition(p, corev1.PodReady) != corev1.ConditionTrue || !m.restart.pods[plugin.UID].up {
+		t.Fatalf("plugin conditions %+v, up %v: want Ready again and the restart done with it", p.Status.Conditions, m.restart.pods[plugin.UID].up)
+	}
+
 	// A restarted pod already Ready again, then marked not Ready: its
 	// restart waits on it no more, so the kubelet writes Ready back.
 	exporter = markNotReady(ctx, t, getPod(ctx, t, ns, "exporter"), time.Unix(990, 0))
