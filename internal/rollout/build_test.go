@@ -36,7 +36,7 @@ func ownedPod(name, node string, ds *appsv1.DaemonSet, created time.Time) *corev
 func cached(pods ...*corev1.Pod) []*CachedPod {
 	out := make([]*CachedPod, len(pods))
 	for i, p := range pods {
-		out[i] = CachePod(p, keys)
+		out[i] = cachePod(p, keys)
 	}
 	return out
 }

@@ -23,7 +23,7 @@ func slimTransform(k contract.Keys) cache.TransformFunc {
 	return func(obj any) (any, error) {
 		switch o := obj.(type) {
 		case *corev1.Pod:
-			return CachePod(o, k), nil
+			return cachePod(o, k), nil
 		case *CachedPod:
 			return o, nil
 		case *corev1.Node:
@@ -66,8 +66,8 @@ func (p *CachedPod) DeepCopyObject() runtime.Object {
 	return &out
 }
 
-// CachePod reduces a pod to what the rollout reads of it.
-func CachePod(p *corev1.Pod, k contract.Keys) *CachedPod {
+// cachePod reduces a pod to what the rollout reads of it.
+func cachePod(p *corev1.Pod, k contract.Keys) *CachedPod {
 	out := &CachedPod{
 		ObjectMeta: metav1.ObjectMeta{
 			Name: p.Name, Namespace: p.Namespace, UID: p.UID, ResourceVersion: p.ResourceVersion,
