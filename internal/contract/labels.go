@@ -16,4 +16,7 @@ const (
 	LabelKernel = "feature.node.kubernetes.io/kernel-version.full"
 	// LabelOS is the operating system release, such as ubuntu22.04.
 	LabelOS = "openfuyao.com/npu.os"
+	// NPUResourcePrefix marks the extended resources of Ascend NPUs
+	// (huawei.com/Ascend910, huawei.com/Ascend310P, ...).
+	NPUResourcePrefix = "huawei.com/"
 )

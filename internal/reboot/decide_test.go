@@ -206,18 +206,3 @@ func TestDecideReasonCarried(t *testing.T) {
 		t.Fatalf("Decide = %v reason %q, want complete with the recorded reason recovery", got.Kind, got.Reason)
 	}
 }
-
-func TestIsNPUPod(t *testing.T) {
-	npu := &corev1.Pod{Spec: corev1.PodSpec{Containers: []corev1.Container{{Resources: corev1.ResourceRequirements{
-		Limits: corev1.ResourceList{"huawei.com/Ascend910": {}},
-	}}}}}
-	cpu := &corev1.Pod{Spec: corev1.PodSpec{Containers: []corev1.Container{{Resources: corev1.ResourceRequirements{
-		Limits: corev1.ResourceList{corev1.ResourceCPU: {}},
-	}}}}}
-	initNPU := &corev1.Pod{Spec: corev1.PodSpec{InitContainers: []corev1.Container{{Resources: corev1.ResourceRequirements{
-		Requests: corev1.ResourceList{"huawei.com/Ascend310P": {}},
-	}}}}}
-	if !IsNPUPod(npu) || IsNPUPod(cpu) || !IsNPUPod(initNPU) {
-		t.Fatalf("IsNPUPod: npu %v cpu %v init %v", IsNPUPod(npu), IsNPUPod(cpu), IsNPUPod(initNPU))
-	}
-}

@@ -4,38 +4,18 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/kubectl/pkg/drain"
-)
 
-// NPUResourcePrefix is the prefix of the extended resources of NPU pods
-// (huawei.com/Ascend910, huawei.com/Ascend310P, ...).
-const NPUResourcePrefix = "huawei.com/"
+	"github.com/openfuyao/npu-stack/internal/kube"
+)
 
 // evictRetryDelay is the pause before asking again for an eviction the API
 // server refused.
 const evictRetryDelay = time.Second
-
-// IsNPUPod reports whether pod requests an NPU resource in any container.
-func IsNPUPod(pod *corev1.Pod) bool {
-	var ctrs []corev1.Container
-	ctrs = append(ctrs, pod.Spec.InitContainers...)
-	ctrs = append(ctrs, pod.Spec.Containers...)
-	for _, c := range ctrs {
-		for _, list := range []corev1.ResourceList{c.Resources.Requests, c.Resources.Limits} {
-			for name := range list {
-				if strings.HasPrefix(string(name), NPUResourcePrefix) {
-					return true
-				}
-			}
-		}
-	}
-	return false
-}
 
 // EvictNPUPods evicts the NPU pods of a node through the eviction API
 // (PodDisruptionBudgets honoured, DaemonSet pods left alone) and waits
@@ -60,7 +40,7 @@ func EvictNPUPods(ctx context.Context, client kubernetes.Interface, node string,
 		Out:                  out,
 		ErrOut:               out,
 		AdditionalFilters: []drain.PodFilter{func(pod corev1.Pod) drain.PodDeleteStatus {
-			if IsNPUPod(&pod) {
+			if kube.IsNPUPod(&pod) {
 				return drain.MakePodDeleteStatusOkay()
 			}
 			return drain.MakePodDeleteStatusSkip()

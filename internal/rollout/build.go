@@ -14,11 +14,6 @@ import (
 	"github.com/openfuyao/npu-stack/internal/kube"
 )
 
-// NPUResourcePrefix marks the extended resources of Ascend NPUs
-// (huawei.com/Ascend910, huawei.com/Ascend310P, ...): a pod requesting one
-// uses the chips and must be gone before the reboot.
-const NPUResourcePrefix = "huawei.com/"
-
 // Inputs are the cluster objects a snapshot is built from.
 type Inputs struct {
 	// Nodes are the NPU nodes (selected by npuNodeSelector).

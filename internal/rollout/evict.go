@@ -11,6 +11,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/kubectl/pkg/drain"
+
+	"github.com/openfuyao/npu-stack/internal/kube"
 )
 
 // evictRetryDelay is the pause before asking again for an eviction the API
@@ -81,7 +83,7 @@ func helper(ctx context.Context, client kubernetes.Interface, kind EvictKind, p 
 	case EvictNPUPods:
 		h.Force, h.Timeout, h.DeleteEmptyDirData = p.PodDeletion.Force, p.PodDeletion.Timeout, p.PodDeletion.DeleteEmptyDir
 		h.AdditionalFilters = []drain.PodFilter{func(pod corev1.Pod) drain.PodDeleteStatus {
-			if usesNPU(&pod) {
+			if kube.IsNPUPod(&pod) {
 				return drain.MakePodDeleteStatusOkay()
 			}
 			return drain.MakePodDeleteStatusSkip()

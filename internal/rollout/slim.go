@@ -10,6 +10,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/openfuyao/npu-stack/internal/contract"
+	"github.com/openfuyao/npu-stack/internal/kube"
 )
 
 // slimTransform keeps, of every cached object, only what BuildSnapshot
@@ -73,7 +74,7 @@ func cachePod(p *corev1.Pod, k contract.Keys) *CachedPod {
 			Name: p.Name, Namespace: p.Namespace, UID: p.UID, ResourceVersion: p.ResourceVersion,
 			DeletionTimestamp: p.DeletionTimestamp,
 		},
-		NodeName: p.Spec.NodeName, Phase: p.Status.Phase, DaemonSet: daemonSetOwner(p), NPU: usesNPU(p),
+		NodeName: p.Spec.NodeName, Phase: p.Status.Phase, DaemonSet: daemonSetOwner(p), NPU: kube.IsNPUPod(p),
 	}
 	if out.DaemonSet == "" {
 		out.Labels = p.Labels
@@ -102,22 +103,6 @@ func daemonSetOwner(p *corev1.Pod) string {
 		return string(ref.UID)
 	}
 	return ""
-}
-
-// usesNPU is true for a pod that requests or limits an NPU resource.
-func usesNPU(p *corev1.Pod) bool {
-	for _, cs := range [][]corev1.Container{p.Spec.InitContainers, p.Spec.Containers} {
-		for _, c := range cs {
-			for _, l := range []corev1.ResourceList{c.Resources.Limits, c.Resources.Requests} {
-				for name := range l {
-					if strings.HasPrefix(string(name), NPUResourcePrefix) {
-						return true
-					}
-				}
-			}
-		}
-	}
-	return false
 }
 
 // slimNode keeps what a node view reads: name, labels (profile and

@@ -1,0 +1,27 @@
+package kube
+
+import (
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/openfuyao/npu-stack/internal/contract"
+)
+
+// IsNPUPod reports whether pod requests or limits an NPU resource in any
+// container, init containers included: such a pod uses the chips and must
+// be gone before a reboot.
+func IsNPUPod(pod *corev1.Pod) bool {
+	for _, cs := range [][]corev1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
+		for _, c := range cs {
+			for _, list := range []corev1.ResourceList{c.Resources.Requests, c.Resources.Limits} {
+				for name := range list {
+					if strings.HasPrefix(string(name), contract.NPUResourcePrefix) {
+						return true
+					}
+				}
+			}
+		}
+	}
+	return false
+}
