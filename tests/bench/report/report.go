@@ -31,6 +31,8 @@ type Latency struct {
 	P50 Seconds `json:"p50"`
 	P99 Seconds `json:"p99"`
 	Max Seconds `json:"max"`
+	// Mean is zero in results written before it was measured.
+	Mean Seconds `json:"mean,omitempty"`
 }
 
 // Scenario is one full rollout.
@@ -56,6 +58,12 @@ type Scenario struct {
 
 	Steps      Latency            `json:"stepLatency"`
 	StepsByWhy map[string]Latency `json:"stepLatencyByCause"`
+	// CycleMean is a node's mean cycle, from the write admitting it to
+	// the write taking it out of progress; CycleRollout the rollout's
+	// share of it, the mean sum of the node's own step latencies. Zero in
+	// results written before they were measured.
+	CycleMean    Seconds `json:"cycleMeanSeconds,omitempty"`
+	CycleRollout Seconds `json:"cycleRolloutMeanSeconds,omitempty"`
 
 	SimWrites int64 `json:"simulatedNodeWrites"`
 	// SimPodRestarts are the pods the simulated kubelet restarted in place
@@ -249,6 +257,7 @@ func Markdown(r Report) string {
 		}
 		b.WriteString("\n")
 	}
+	cycleTable(&b, r.Scenarios)
 	if len(r.Agents) > 0 {
 		b.WriteString("\nNode agents (one real process each, on a simulated host):\n\n")
 		b.WriteString("| agent | idle CPU | busy phase | busy CPU | peak RSS | anonymous RSS at end | `--help` peak RSS |\n|---|---:|---|---:|---:|---:|---:|\n")
@@ -283,4 +292,36 @@ func Markdown(r Report) string {
 // stepCauses are the steplat kinds, by name, in report order (the
 // report stays free of the recorder's dependencies; a test keeps the two
 // lists equal).
-var stepCauses = []string{"budget freed", "previous step done", "boot ID changed", "driver-ready and pods Ready again", "driver ready → re-roll"}
+// causeAdmitted is the step cause of an admission (steplat.Admitted).
+const causeAdmitted = "budget freed"
+
+var stepCauses = []string{causeAdmitted, "previous step done", "boot ID changed", "driver-ready and pods Ready again", "driver ready → re-roll"}
+
+// cycleTable splits a node's mean cycle into the simulated per-node time,
+// the rollout's steps and the rest, so the overhead over the physical
+// limit shows whose it is.
+func cycleTable(b *strings.Builder, ss []Scenario) {
+	var rows []Scenario
+	for _, s := range ss {
+		if s.CycleMean > 0 {
+			rows = append(rows, s)
+		}
+	}
+	if len(rows) == 0 {
+		return
+	}
+	b.WriteString("\nWhere a node's upgrade time goes, mean per node, from the write admitting it to the write taking it out of progress: " +
+		"the simulated per-node time, the rollout's steps (the sum of the node's step latencies above) and the rest " +
+		"(the simulated agents and kubelet reacting, and the API server's latency under the load of the whole fleet). " +
+		"The wait for a free slot comes between cycles:\n\n")
+	b.WriteString("| nodes | parallelism | per-node time | cycle | the rollout's steps | the rest | budget freed → admitted (mean) |\n|---:|---|---:|---:|---:|---:|---:|\n")
+	for _, s := range rows {
+		admit := "—"
+		if l, ok := s.StepsByWhy[causeAdmitted]; ok && l.N > 0 && l.Mean > 0 {
+			admit = fmtSec(l.Mean)
+		}
+		rest := s.CycleMean - s.CycleRollout - s.PerNode
+		fmt.Fprintf(b, "| %d | %s | %s | %s | %s | %s | %s |\n", s.Nodes, s.Parallelism, fmtSec(s.PerNode), fmtSec(s.CycleMean),
+			fmtSec(s.CycleRollout), fmtSec(max(rest, 0)), admit)
+	}
+}

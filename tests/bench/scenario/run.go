@@ -82,7 +82,10 @@ func (b *Bed) Run(ctx context.Context, spec Spec) (report.Scenario, error) {
 	for _, c := range b.proxy.Counter.Snapshot() {
 		out.Requests = append(out.Requests, report.Count{Verb: c.Verb, Resource: c.Resource, N: c.N, Conflicts: c.Conflict, Write: c.Write()})
 	}
-	lat := steplat.Analyze(b.rec.Take(), version, eff)
+	timelines := b.rec.Take()
+	lat := steplat.Analyze(timelines, version, eff)
+	cycle := steplat.MeanCycle(steplat.Cycles(timelines, version))
+	out.CycleMean, out.CycleRollout = report.S(cycle.Total), report.S(cycle.Rollout)
 	out.Steps = latency(lat.All())
 	out.StepsByWhy = map[string]report.Latency{}
 	for k, ds := range lat {
@@ -160,8 +163,12 @@ func latency(sorted []time.Duration) report.Latency {
 	if len(sorted) == 0 {
 		return report.Latency{}
 	}
+	var sum time.Duration
+	for _, d := range sorted {
+		sum += d
+	}
 	return report.Latency{N: len(sorted), P50: report.S(steplat.Percentile(sorted, 0.5)), P99: report.S(steplat.Percentile(sorted, 0.99)),
-		Max: report.S(sorted[len(sorted)-1])}
+		Max: report.S(sorted[len(sorted)-1]), Mean: report.S(sum / time.Duration(len(sorted)))}
 }
 
 func sorted(ds []time.Duration) []time.Duration {
