@@ -51,8 +51,8 @@ import (
 type Timing struct {
 	// Reboot is from the reboot command to the new boot.
 	Reboot time.Duration
-	// DriverLoad is from the driver pod seeing the fresh boot to the
-	// driver loaded.
+	// DriverLoad is from the boot to the driver loaded (the driver pod's
+	// container starts with the machine).
 	DriverLoad time.Duration
 }
 
@@ -136,6 +136,9 @@ type machine struct {
 	// kubelet: the pods to restart in place after the last reboot (nil:
 	// none left, or no reboot yet).
 	restart *restart
+	// fresh is the node as the last node write of the current pass
+	// returned it (nil: none since it was taken).
+	fresh *corev1.Node
 }
 
 const byNode = "node"
@@ -274,11 +277,18 @@ func (s *Sim) machine(name string) *machine {
 	return m
 }
 
-// sync advances one node by at most one API write (or one batch of the
-// kubelet's pod status writes, which depend on nothing but the pods): each
-// write changes the node's or a pod's resourceVersion, and the informer's
-// echo of it brings the node back here with a fresh view. It returns when
-// to look again without a change (0: only on a change).
+// maxRounds bounds the rounds of one pass.
+const maxRounds = 4
+
+// sync plays one pass of every agent of a node. The real agents are
+// separate processes that act at once on the same boot, so a node write
+// of one does not end the pass: the next agents go on from the written
+// node (the write's response, newer than the cache), and another round
+// follows while a round wrote the node. Waiting for each write's watch
+// echo instead would chain the node's steps one API round trip apart,
+// which the real node does not. Pod writes (the kubelet's) come back
+// through the pod informer. It returns when to look again without a
+// change (0: only on a change).
 func (s *Sim) sync(ctx context.Context, name string) (time.Duration, error) {
 	node, err := s.nodes.Get(name)
 	if apierrors.IsNotFound(err) {
@@ -298,42 +308,73 @@ func (s *Sim) sync(ctx context.Context, name string) (time.Duration, error) {
 			return m.bootAt.Sub(now), nil
 		}
 		m.host.CompleteReboot()
-		m.issuedAt, m.loadAt, m.health, m.probed = time.Time{}, time.Time{}, health.State{}, false
+		m.issuedAt, m.health, m.probed = time.Time{}, health.State{}, false
+		// The driver pod's container starts with the machine, so its load
+		// runs while the other agents report the boot.
+		m.loadAt = now.Add(s.getTiming().DriverLoad)
 		boot, _ := m.host.BootID()
 		m.restart = s.podsAtBoot(name, boot)
 	}
-	bootID, _ := m.host.BootID()
-	// The kubelet's part. KWOK's status templates keep a boot ID once
-	// set, but its first write may race with ours, so it is compared on
-	// every pass rather than written once.
-	if node.Status.NodeInfo.BootID != bootID {
-		return 0, s.patchBootID(ctx, name, bootID)
-	}
-	// A step that wrote (or must wait) ends the pass; one that only waits
-	// for a time (the kubelet watching KWOK) lets the others carry on.
+	m.fresh = nil
 	var wake time.Duration
-	for _, step := range []struct {
-		name string
-		run  func(context.Context, *corev1.Node, *machine, time.Time) (time.Duration, bool, error)
-	}{{"kubelet", s.kubelet}, {"rebooter", s.rebooter}, {"health-watch", s.healthWatch}, {"driver entry", s.driverEntry}} {
-		after, wrote, err := step.run(ctx, node, m, now)
-		if wrote || err != nil {
-			s.cfg.Log.WithFields(logrus.Fields{"node": name, "step": step.name, "lookAgain": minPositive(after, wake), "rv": node.ResourceVersion}).Debug("simulated node: pass ends")
-			return minPositive(after, wake), err
+	for round := 0; round < maxRounds; round++ {
+		wroteNode := false
+		bootID, _ := m.host.BootID()
+		// The kubelet's part. KWOK's status templates keep a boot ID once
+		// set, but its first write may race with ours, so it is compared
+		// on every pass rather than written once.
+		if node.Status.NodeInfo.BootID != bootID {
+			if err := s.patchBootID(ctx, m, name, bootID); err != nil {
+				return wake, err
+			}
+			node, wroteNode = m.takeFresh(node), true
 		}
-		wake = minPositive(wake, after)
+		for _, step := range []struct {
+			name string
+			run  func(context.Context, *corev1.Node, *machine, time.Time) (time.Duration, bool, error)
+		}{{"kubelet", s.kubelet}, {"rebooter", s.rebooter}, {"driver entry", s.driverEntry}, {"health-watch", s.healthWatch}} {
+			after, wrote, err := step.run(ctx, node, m, now)
+			wake = minPositive(wake, after)
+			if err != nil {
+				return wake, err
+			}
+			if m.fresh != nil {
+				node, wroteNode = m.takeFresh(node), true
+			}
+			if wrote {
+				s.cfg.Log.WithFields(logrus.Fields{"node": name, "step": step.name, "round": round, "rv": node.ResourceVersion}).Debug("simulated node: step wrote or waits")
+			}
+			if m.host.RebootPending() {
+				// The machine went down: nothing else runs on it.
+				return wake, nil
+			}
+		}
+		if !wroteNode {
+			break
+		}
 	}
-	s.cfg.Log.WithFields(logrus.Fields{"node": name, "lookAgain": wake, "rv": node.ResourceVersion}).Debug("simulated node: nothing to do")
+	s.cfg.Log.WithFields(logrus.Fields{"node": name, "lookAgain": wake, "rv": node.ResourceVersion}).Debug("simulated node: pass ends")
 	return wake, nil
 }
 
-func (s *Sim) patchBootID(ctx context.Context, name, bootID string) error {
+// takeFresh is the node a step of this pass last wrote (cur if none).
+func (m *machine) takeFresh(cur *corev1.Node) *corev1.Node {
+	n := m.fresh
+	m.fresh = nil
+	if n == nil {
+		return cur
+	}
+	return n
+}
+
+func (s *Sim) patchBootID(ctx context.Context, m *machine, name, bootID string) error {
 	body := fmt.Sprintf(`{"status":{"nodeInfo":{"bootID":%q}}}`, bootID)
-	_, err := s.cfg.Client.CoreV1().Nodes().Patch(ctx, name, types.MergePatchType, []byte(body), metav1.PatchOptions{}, "status")
+	got, err := s.cfg.Client.CoreV1().Nodes().Patch(ctx, name, types.MergePatchType, []byte(body), metav1.PatchOptions{}, "status")
 	s.writes.Add(1)
 	if err != nil {
 		return fmt.Errorf("patch the boot ID of node %s: %w", name, err)
 	}
+	m.fresh = got
 	return nil
 }
 
@@ -369,7 +410,7 @@ func (s *Sim) rebooter(ctx context.Context, node *corev1.Node, m *machine, now t
 				// A reboot whose bookkeeping did not land must not happen:
 				// the real rebooter decides again on the newer node (the
 				// rollout may have changed it, e.g. withdrawn the request).
-				if wrote, err := s.patchIf(ctx, node, change); err != nil || !wrote {
+				if wrote, err := s.patchIf(ctx, m, node, change); err != nil || !wrote {
 					return 0, true, err
 				}
 			}
@@ -391,7 +432,7 @@ func (s *Sim) rebooter(ctx context.Context, node *corev1.Node, m *machine, now t
 				Annotations: map[string]*string{k.RebootReason(): nil, k.RebootFromBootID(): nil,
 					k.RebootStartedAt(): nil, k.RebootStartedReason(): nil},
 			}
-			if wrote, err := s.patchIf(ctx, node, change); err != nil || !wrote {
+			if wrote, err := s.patchIf(ctx, m, node, change); err != nil || !wrote {
 				return 0, true, err
 			}
 			m.slotHeld = false
@@ -436,7 +477,7 @@ func (s *Sim) healthWatch(ctx context.Context, node *corev1.Node, m *machine, _ 
 	if *acts.DriverReady {
 		v = contract.True
 	}
-	return 0, true, s.patch(ctx, node.Name, kube.NodeChange{Labels: map[string]*string{k.DriverReady(): kube.Set(v)}})
+	return 0, true, s.patch(ctx, m, node.Name, kube.NodeChange{Labels: map[string]*string{k.DriverReady(): kube.Set(v)}})
 }
 
 // driverEntry is the driver pod's gate: on a fresh boot it loads the
@@ -465,7 +506,7 @@ func (s *Sim) driverEntry(ctx context.Context, node *corev1.Node, m *machine, no
 	if node.Labels[k.DriverVersion()] == loaded {
 		return 0, false, nil
 	}
-	return 0, true, s.patch(ctx, node.Name, kube.NodeChange{Labels: map[string]*string{k.DriverVersion(): kube.Set(loaded)}})
+	return 0, true, s.patch(ctx, m, node.Name, kube.NodeChange{Labels: map[string]*string{k.DriverVersion(): kube.Set(loaded)}})
 }
 
 // driverPod is the node's running driver pod, if any.
@@ -484,22 +525,30 @@ func (s *Sim) driverPod(node string) *corev1.Pod {
 	return best
 }
 
-func (s *Sim) patch(ctx context.Context, name string, change kube.NodeChange) error {
+func (s *Sim) patch(ctx context.Context, m *machine, name string, change kube.NodeChange) error {
 	s.writes.Add(1)
-	_, err := kube.PatchNode(ctx, s.cfg.Client, name, change)
-	return err
+	got, err := kube.PatchNode(ctx, s.cfg.Client, name, change)
+	if err != nil {
+		return err
+	}
+	m.fresh = got
+	return nil
 }
 
 // patchIf writes at the node's resourceVersion; wrote is false on a
 // conflict, which means the informer has a newer node on its way, which
 // brings the node back.
-func (s *Sim) patchIf(ctx context.Context, node *corev1.Node, change kube.NodeChange) (wrote bool, err error) {
+func (s *Sim) patchIf(ctx context.Context, m *machine, node *corev1.Node, change kube.NodeChange) (wrote bool, err error) {
 	s.writes.Add(1)
-	_, err = kube.PatchNodeIf(ctx, s.cfg.Client, node.Name, node.ResourceVersion, change)
+	got, err := kube.PatchNodeIf(ctx, s.cfg.Client, node.Name, node.ResourceVersion, change)
 	if apierrors.IsConflict(err) {
 		s.conflicts.Add(1)
 		s.cfg.Log.WithField("node", node.Name).Debug("simulated node: conflict; deciding again on the newer node")
 		return false, nil
 	}
-	return err == nil, err
+	if err != nil {
+		return false, err
+	}
+	m.fresh = got
+	return true, nil
 }
