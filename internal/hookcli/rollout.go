@@ -26,6 +26,7 @@ type rolloutFlags struct {
 	leaseIdentity string
 	leaseDuration time.Duration
 	waitForLease  bool
+	writes        int
 }
 
 // NewRollout is `npu-hooks rollout`.
@@ -59,6 +60,7 @@ summary names them and the fix); 1 any other error (safe to retry).`,
 	fs.StringVar(&f.leaseName, "lease-name", "npu-stack-rollout", "name of the Lease in --namespace that makes the rollout single-writer")
 	fs.StringVar(&f.leaseIdentity, "lease-identity", host, "holder identity; keep it stable across restarts of the same process (default: host name = pod name)")
 	fs.DurationVar(&f.leaseDuration, "lease-duration", 15*time.Second, "lease duration; a dead holder blocks others this long")
+	fs.IntVar(&f.writes, "max-writes-in-flight", rollout.DefaultWritesInFlight, "node writes of one decision sent at once (each a conditional patch of its own node)")
 	fs.BoolVar(&f.waitForLease, "wait-for-lease", true, "wait while another rollout holds the lease (false: exit 2 with its holder)")
 	return cmd
 }
@@ -71,6 +73,9 @@ func runRollout(ctx context.Context, f *rolloutFlags, log *logrus.Logger, out io
 	pol, targets, err := f.policy.parse()
 	if err != nil {
 		return cli.Terminal(err)
+	}
+	if f.writes < 1 {
+		return cli.Terminalf("--max-writes-in-flight %d: must be at least 1", f.writes)
 	}
 	client, _, err := f.cluster.client.Client()
 	if err != nil {
@@ -94,6 +99,7 @@ func runRollout(ctx context.Context, f *rolloutFlags, log *logrus.Logger, out io
 		c := rollout.NewController(rollout.Config{
 			Client: client, Recorder: rec, Log: log, Keys: cl.keys, Namespace: f.cluster.namespace,
 			NodeSelector: cl.nodeSelector, DriverSelector: cl.driverSelector, Targets: targets, Policy: pol,
+			WritesInFlight: f.writes,
 		})
 		if err := c.Start(ctx); err != nil {
 			return err

@@ -46,7 +46,13 @@ type Config struct {
 	DriverSelector labels.Selector
 	Targets        []TargetSpec
 	Policy         Policy
+	// WritesInFlight bounds the node writes of one decision in flight at
+	// once (0: DefaultWritesInFlight).
+	WritesInFlight int
 }
+
+// DefaultWritesInFlight is the default of Config.WritesInFlight.
+const DefaultWritesInFlight = 16
 
 // Controller runs the rollout loop on informers.
 type Controller struct {
@@ -72,6 +78,9 @@ type Controller struct {
 func NewController(cfg Config) *Controller {
 	if cfg.Clock == nil {
 		cfg.Clock = clock.RealClock{}
+	}
+	if cfg.WritesInFlight <= 0 {
+		cfg.WritesInFlight = DefaultWritesInFlight
 	}
 	c := &Controller{cfg: cfg, wake: make(chan struct{}, 1), busy: map[string]bool{}}
 	slim := informers.WithTransform(slimTransform(cfg.Keys))
@@ -230,9 +239,6 @@ func (c *Controller) idle() bool {
 
 func (c *Controller) waitIdle() { c.evicts.Wait() }
 
-// applyParallel bounds the actions of one decision in flight at once.
-const applyParallel = 16
-
 // applyAll carries out the actions of one decision, several nodes at
 // once: each action is conditional on its node's resourceVersion, so the
 // order across nodes does not matter, while one write at a time would
@@ -249,7 +255,7 @@ func (c *Controller) applyAll(ctx context.Context, acts []Action) bool {
 	}
 	var failed atomic.Bool
 	var wg sync.WaitGroup
-	sem := make(chan struct{}, applyParallel)
+	sem := make(chan struct{}, c.cfg.WritesInFlight)
 	for _, node := range order {
 		sem <- struct{}{}
 		wg.Add(1)

@@ -22,16 +22,23 @@ import (
 )
 
 // The actions of one decision go out several nodes at once (a serial loop
-// bounds a 5,000-node rollout by the round-trip time), and every one is
-// applied. The API server here holds the first applyParallel patches until
-// all of them have arrived: a serial loop would never get past the first.
+// bounds a 5,000-node rollout by the round-trip time), as many as
+// WritesInFlight allows and no more, and every one is applied. The API
+// server here holds the first limit patches until all of them have
+// arrived: a serial loop would never get past the first.
 func TestApplyAllRunsNodesConcurrently(t *testing.T) {
-	const n = 3 * applyParallel
+	for _, tc := range []struct{ configured, limit int }{{0, DefaultWritesInFlight}, {4, 4}} {
+		t.Run(fmt.Sprint(tc.limit), func(t *testing.T) { testApplyAll(t, tc.configured, tc.limit) })
+	}
+}
+
+func testApplyAll(t *testing.T, configured, limit int) {
+	n := 3 * limit
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	var mu sync.Mutex
 	patched := map[string]string{}
-	arrived := 0
+	arrived, inFlight, maxInFlight := 0, 0, 0
 	all := make(chan struct{})
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		name := strings.TrimPrefix(r.URL.Path, "/api/v1/nodes/")
@@ -50,11 +57,18 @@ func TestApplyAllRunsNodesConcurrently(t *testing.T) {
 		}
 		mu.Lock()
 		arrived++
-		if arrived == applyParallel {
+		inFlight++
+		maxInFlight = max(maxInFlight, inFlight)
+		if arrived == limit {
 			close(all)
 		}
 		patched[name] = body.Metadata.Labels[keys.UpgradeState()]
 		mu.Unlock()
+		defer func() {
+			mu.Lock()
+			inFlight--
+			mu.Unlock()
+		}()
 		select {
 		case <-all:
 		case <-ctx.Done():
@@ -74,12 +88,16 @@ func TestApplyAllRunsNodesConcurrently(t *testing.T) {
 	for i := 0; i < n; i++ {
 		acts = append(acts, b.transition(nv(fmt.Sprintf("n%d", i), in(contract.StateCordonRequired)), contract.StateWaitForJobsRequired, "cordoned"))
 	}
-	c := NewController(Config{Client: client, Log: logrus.New(), Keys: keys, NodeSelector: labels.Everything(), DriverSelector: labels.Everything()})
+	c := NewController(Config{Client: client, Log: logrus.New(), Keys: keys, NodeSelector: labels.Everything(), DriverSelector: labels.Everything(),
+		WritesInFlight: configured})
 	if !c.applyAll(ctx, acts) {
 		t.Fatal("applyAll reported a failure (patches not concurrent?)")
 	}
 	mu.Lock()
 	defer mu.Unlock()
+	if maxInFlight != limit {
+		t.Errorf("%d patches in flight at most, want %d", maxInFlight, limit)
+	}
 	for i := 0; i < n; i++ {
 		if got := patched[fmt.Sprintf("n%d", i)]; got != string(contract.StateWaitForJobsRequired) {
 			t.Errorf("node n%d patched to %q, want %s", i, got, contract.StateWaitForJobsRequired)
