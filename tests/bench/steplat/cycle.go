@@ -31,8 +31,10 @@ func Cycles(t Timelines, desired string) []Cycle {
 		for _, f := range frees {
 			if f.After(admissions[0]) {
 				var sum time.Duration
-				for _, d := range own.All() {
-					sum += d
+				for _, ds := range own {
+					for _, d := range ds {
+						sum += d
+					}
 				}
 				out = append(out, Cycle{Total: f.Sub(admissions[0]), Rollout: sum})
 				break
