@@ -78,15 +78,18 @@ func TestOnePassPlaysEveryAgentOfTheBoot(t *testing.T) {
 		}
 		catchUpNode(ctx, t, s, n)
 	}
-	conflicts := s.Stats().Conflicts
 	if !m.host.RebootPending() || n.Annotations[k.RebootFromBootID()] != oldBoot {
 		t.Fatalf("no reboot recorded and run: pending %v, annotations %v", m.host.RebootPending(), n.Annotations)
 	}
 
 	// One pass at boot: the kubelet's new boot ID and holds, the
-	// rebooter's completion on the node the boot ID write returned (no
-	// conflict), the health-watch's boot probe; the driver load, started
-	// at the boot, is what is left to wait for.
+	// rebooter's completion on the node the boot ID write returned, the
+	// health-watch's boot probe; the driver load, started at the boot, is
+	// what is left to wait for. The controller manager writes this node
+	// too (it never reports Ready), and a completion that conflicts with
+	// such a write lands in the pass's next round, on the node a later
+	// write of the pass returned: on the cached node it would conflict
+	// again and the marker would stay.
 	clk.Step(10 * time.Second)
 	n = sync(4 * time.Second)
 	newBoot, _ := m.host.BootID()
@@ -96,9 +99,6 @@ func TestOnePassPlaysEveryAgentOfTheBoot(t *testing.T) {
 	}
 	if n.Labels[k.DriverReady()] != contract.False || !held(pods["plugin"]) || !held(pods["exporter"]) {
 		t.Fatalf("after one pass at boot: driver-ready %q, plugin held %v, exporter held %v", n.Labels[k.DriverReady()], held(pods["plugin"]), held(pods["exporter"]))
-	}
-	if c := s.Stats().Conflicts - conflicts; c != 0 {
-		t.Fatalf("%d conflicts: an agent wrote from a node older than the pass's own write", c)
 	}
 
 	// One pass once the load completes: the driver entry's label, the
