@@ -216,9 +216,6 @@ func TestRolloutRejectsBadArguments(t *testing.T) {
 		{[]string{"rollout", "--max-writes-in-flight=0"}, "--max-writes-in-flight 0: must be at least 1"},
 		{[]string{"rollout", "--max-unavailable=lots"}, "--max-unavailable"},
 	} {
-		r := hooks(ctx, t, tc.args...)
-		if r.code != 2 || !strings.Contains(r.stderr, tc.want) {
-			t.Errorf("npu-hooks %v: want exit 2 mentioning %q, got %s", tc.args, tc.want, r)
-		}
+		wantBadArguments(ctx, t, tc.args, tc.want)
 	}
 }

@@ -179,9 +179,15 @@ func TestPreflightRejectsBadArguments(t *testing.T) {
 		{[]string{"preflight", "--profile={}"}, "--driver-version is required"},
 		{[]string{"preflight", "--driver-version=2.0", "--npu-node-selector=a=(", "--profile={}"}, "--npu-node-selector"},
 	} {
-		r := hooks(ctx, t, tc.args...)
-		if r.code != 2 || !strings.Contains(r.stderr, tc.want) {
-			t.Errorf("npu-hooks %v: want exit 2 mentioning %q, got %s", tc.args, tc.want, r)
-		}
+		wantBadArguments(ctx, t, tc.args, tc.want)
+	}
+}
+
+// wantBadArguments runs npu-hooks with args and wants exit 2 with want
+// in its error output.
+func wantBadArguments(ctx context.Context, t *testing.T, args []string, want string) {
+	t.Helper()
+	if r := hooks(ctx, t, args...); r.code != 2 || !strings.Contains(r.stderr, want) {
+		t.Errorf("npu-hooks %v: want exit 2 mentioning %q, got %s", args, want, r)
 	}
 }
