@@ -60,7 +60,7 @@ summary names them and the fix); 1 any other error (safe to retry).`,
 	fs.StringVar(&f.leaseName, "lease-name", "npu-stack-rollout", "name of the Lease in --namespace that makes the rollout single-writer")
 	fs.StringVar(&f.leaseIdentity, "lease-identity", host, "holder identity; keep it stable across restarts of the same process (default: host name = pod name)")
 	fs.DurationVar(&f.leaseDuration, "lease-duration", 15*time.Second, "lease duration; a dead holder blocks others this long")
-	fs.IntVar(&f.writes, "max-writes-in-flight", rollout.DefaultWritesInFlight, "node writes of one decision sent at once (each a conditional patch of its own node)")
+	fs.IntVar(&f.writes, "max-writes-in-flight", rollout.DefaultWritesInFlight, "nodes written at once (each write a conditional patch of its own node); decisions go on while writes are on their way")
 	fs.BoolVar(&f.waitForLease, "wait-for-lease", true, "wait while another rollout holds the lease (false: exit 2 with its holder)")
 	return cmd
 }

@@ -23,7 +23,7 @@ type Inputs struct {
 	Drivers []*appsv1.DaemonSet
 	Targets []ResolvedTarget
 	Missing []string
-	Busy    map[string]bool
+	Busy    map[string]string
 }
 
 // View are the parts of the policy that shape the snapshot.

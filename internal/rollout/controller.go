@@ -7,7 +7,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/sirupsen/logrus"
@@ -22,6 +21,7 @@ import (
 	appslisters "k8s.io/client-go/listers/apps/v1"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/clock"
 
 	"github.com/openfuyao/npu-stack/internal/contract"
@@ -46,8 +46,8 @@ type Config struct {
 	DriverSelector labels.Selector
 	Targets        []TargetSpec
 	Policy         Policy
-	// WritesInFlight bounds the node writes of one decision in flight at
-	// once (0: DefaultWritesInFlight).
+	// WritesInFlight is the number of writers: nodes written at once,
+	// whatever decision their actions came from (0: DefaultWritesInFlight).
 	WritesInFlight int
 }
 
@@ -64,15 +64,27 @@ type Controller struct {
 	synced  []cache.InformerSynced
 	wake    chan struct{}
 
-	mu   sync.Mutex
-	busy map[string]bool
+	mu sync.Mutex
+	// busy names the nodes with an eviction running.
+	busy map[string]string
+	// queued holds each node's actions from the decision that handed them
+	// to the writers until they are written (or failed and paused).
+	queued map[string][]Action
 	// written holds the Nodes as our own patches returned them until the
 	// informer catches up: deciding on a cache that lags our writes would
 	// admit nodes past maxUnavailable (each patch is conditional on its
 	// own node only, not on the budget).
 	written map[string]*corev1.Node
-	evicts  sync.WaitGroup
+	// background counts evictions and the pauses after failed writes:
+	// work that outlives the writer that started it.
+	background sync.WaitGroup
 }
+
+// Why a node gets no action for now (Decision.Waiting).
+const (
+	busyEvicting = "eviction in progress"
+	busyWriting  = "write on its way"
+)
 
 // NewController sets up informers; Start begins watching.
 func NewController(cfg Config) *Controller {
@@ -82,7 +94,7 @@ func NewController(cfg Config) *Controller {
 	if cfg.WritesInFlight <= 0 {
 		cfg.WritesInFlight = DefaultWritesInFlight
 	}
-	c := &Controller{cfg: cfg, wake: make(chan struct{}, 1), busy: map[string]bool{}}
+	c := &Controller{cfg: cfg, wake: make(chan struct{}, 1), busy: map[string]string{}, queued: map[string][]Action{}}
 	slim := informers.WithTransform(slimTransform(cfg.Keys))
 	nodeF := informers.NewSharedInformerFactoryWithOptions(cfg.Client, 0, slim, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 		o.LabelSelector = cfg.NodeSelector.String()
@@ -140,7 +152,7 @@ func (c *Controller) inputs() (Inputs, View, error) {
 	if err != nil {
 		return Inputs{}, View{}, fmt.Errorf("list nodes: %w", err)
 	}
-	nodes = c.overlayWritten(nodes)
+	nodes, busy := c.overlay(nodes)
 	cached := c.pods.List()
 	pods := make([]*CachedPod, 0, len(cached))
 	for _, o := range cached {
@@ -159,12 +171,6 @@ func (c *Controller) inputs() (Inputs, View, error) {
 		}
 	}
 	targets, missing := ResolveTargets(c.cfg.Targets, all)
-	c.mu.Lock()
-	busy := make(map[string]bool, len(c.busy))
-	for k, v := range c.busy {
-		busy[k] = v
-	}
-	c.mu.Unlock()
 	p := c.cfg.Policy
 	return Inputs{Nodes: nodes, Pods: pods, Drivers: drivers, Targets: targets, Missing: missing, Busy: busy},
 		View{Keys: c.cfg.Keys, Canary: p.Canary, WaitSelector: p.WaitForCompletion.Selector}, nil
@@ -193,7 +199,15 @@ func (c *Controller) decideChained() (Snapshot, Decision, error) {
 
 // Run decides and acts on every change until the rollout is over (or ctx
 // ends, returning ctx's error with the last decision).
+//
+// A decision's writes go to a pool of writers and the loop decides again
+// on the next change without waiting for them: a node whose boot ID just
+// changed, or a slot just freed, is not held up behind the writes of the
+// decision before. A node with writes on their way is busy until they
+// land, and counts against the budget as they will leave it (see overlay).
 func (c *Controller) Run(ctx context.Context) (Decision, error) {
+	q, stop := c.startWriters(ctx)
+	defer stop()
 	var last Decision
 	var lastMissing string
 	timer := c.cfg.Clock.NewTimer(time.Hour)
@@ -202,7 +216,6 @@ func (c *Controller) Run(ctx context.Context) (Decision, error) {
 	for {
 		select {
 		case <-ctx.Done():
-			c.waitIdle()
 			return last, ctx.Err()
 		case <-c.wake:
 		case <-timer.C():
@@ -216,61 +229,110 @@ func (c *Controller) Run(ctx context.Context) (Decision, error) {
 			c.cfg.Log.WithField("targets", s.Missing).Warn("re-roll targets not found; skipping them")
 			lastMissing = m
 		}
-		requeue := d.Requeue
-		if !c.applyAll(ctx, d.Actions) {
-			requeue = minPositive(requeue, errorBackoff)
-		}
+		c.enqueue(q, d.Actions)
 		if d.Outcome != Running && len(d.Actions) == 0 && c.idle() {
 			return d, nil
 		}
-		if requeue > 0 {
+		if d.Requeue > 0 {
 			// Timeouts count in whole seconds on the node; a little slack
 			// keeps the wake-up from landing just before one expires.
-			timer.Reset(requeue + 50*time.Millisecond)
+			timer.Reset(d.Requeue + 50*time.Millisecond)
 		}
+	}
+}
+
+// startWriters starts WritesInFlight writers on a new queue; stop returns
+// once every queued write and every eviction has ended.
+func (c *Controller) startWriters(ctx context.Context) (q workqueue.TypedInterface[string], stop func()) {
+	q = workqueue.NewTyped[string]()
+	var writers sync.WaitGroup
+	for range c.cfg.WritesInFlight {
+		writers.Go(func() { c.writer(ctx, q) })
+	}
+	return q, func() {
+		// Queued writes still go out (against an ended ctx they fail at
+		// once): a node must not stay marked busy behind a dead writer.
+		q.ShutDown()
+		writers.Wait()
+		c.background.Wait()
 	}
 }
 
 func (c *Controller) idle() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return len(c.busy) == 0
+	return len(c.busy) == 0 && len(c.queued) == 0
 }
 
-func (c *Controller) waitIdle() { c.evicts.Wait() }
-
-// applyAll carries out the actions of one decision, several nodes at
-// once: each action is conditional on its node's resourceVersion, so the
-// order across nodes does not matter, while one write at a time would
-// bound a large rollout by the API server's round-trip time. A node's own
-// actions keep their order. False means some failed (see apply).
-func (c *Controller) applyAll(ctx context.Context, acts []Action) bool {
+// enqueue hands a decision's actions to the writers, one item per node:
+// a node's own actions keep their order, while the nodes go out several
+// at once (each action is conditional on its node's resourceVersion, so
+// the order across nodes does not matter, and one write at a time would
+// bound a large rollout by the API server's round-trip time).
+func (c *Controller) enqueue(q workqueue.TypedInterface[string], acts []Action) {
 	var order []string
-	byNode := map[string][]Action{}
+	fresh := map[string]bool{}
+	c.mu.Lock()
 	for _, a := range acts {
-		if _, seen := byNode[a.Node]; !seen {
+		_, queued := c.queued[a.Node]
+		switch {
+		case !queued:
 			order = append(order, a.Node)
+			fresh[a.Node] = true
+		case !fresh[a.Node]:
+			// Decisions skip busy nodes, so this is a bug; dropping the
+			// action is safe (the next decision redoes it), appending it
+			// to writes under way is not (their release would drop it).
+			c.cfg.Log.WithField("node", a.Node).Errorf("not applying %s: the node has writes on their way", a.Kind)
+			continue
 		}
-		byNode[a.Node] = append(byNode[a.Node], a)
+		c.queued[a.Node] = append(c.queued[a.Node], a)
 	}
-	var failed atomic.Bool
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, c.cfg.WritesInFlight)
+	c.mu.Unlock()
 	for _, node := range order {
-		sem <- struct{}{}
-		wg.Add(1)
-		go func(acts []Action) {
-			defer wg.Done()
-			defer func() { <-sem }()
-			for _, a := range acts {
-				if !c.apply(ctx, a) {
-					failed.Store(true)
-				}
-			}
-		}(byNode[node])
+		q.Add(node)
 	}
-	wg.Wait()
-	return !failed.Load()
+}
+
+// writer applies queued nodes' actions until q shuts down. A node stays
+// busy until its actions are done, and after a failure (other than a
+// stale view) for errorBackoff more, without holding up the writer.
+func (c *Controller) writer(ctx context.Context, q workqueue.TypedInterface[string]) {
+	for {
+		node, shutdown := q.Get()
+		if shutdown {
+			return
+		}
+		c.mu.Lock()
+		acts := c.queued[node]
+		c.mu.Unlock()
+		ok := true
+		for _, a := range acts {
+			if !c.apply(ctx, a) {
+				ok = false
+			}
+		}
+		release := func() {
+			c.mu.Lock()
+			delete(c.queued, node)
+			c.mu.Unlock()
+			c.poke()
+		}
+		if ok || ctx.Err() != nil {
+			release()
+		} else {
+			c.background.Add(1)
+			go func() {
+				defer c.background.Done()
+				select {
+				case <-ctx.Done():
+				case <-c.cfg.Clock.After(errorBackoff):
+				}
+				release()
+			}()
+		}
+		q.Done(node)
+	}
 }
 
 // apply carries out a; false means it failed for a reason other than a
@@ -284,10 +346,10 @@ func (c *Controller) apply(ctx context.Context, a Action) bool {
 		}
 	case ActEvict:
 		c.mu.Lock()
-		c.busy[a.Node] = true
+		c.busy[a.Node] = busyEvicting
 		c.mu.Unlock()
 		log.Info(a.Message)
-		c.evicts.Add(1)
+		c.background.Add(1)
 		go c.runEvict(ctx, a, log)
 	case ActDeletePods:
 		if err := c.deletePods(ctx, a, log); err != nil {
@@ -352,7 +414,7 @@ func stateName(s contract.UpgradeState) string {
 
 func (c *Controller) runEvict(ctx context.Context, a Action, log logrus.FieldLogger) {
 	defer func() {
-		defer c.evicts.Done()
+		defer c.background.Done()
 		c.mu.Lock()
 		delete(c.busy, a.Node)
 		c.mu.Unlock()
@@ -439,27 +501,45 @@ func (c *Controller) remember(n *corev1.Node) {
 	}
 }
 
-// overlayWritten replaces cached nodes older than our own last write of
-// them, and forgets writes the cache has caught up with.
-func (c *Controller) overlayWritten(cached []*corev1.Node) []*corev1.Node {
+// overlay returns the cached nodes as this process's writes leave them,
+// and the nodes it is busy with. A node with a write on its way is shown
+// as the write will leave it when that uses budget (an admission), and as
+// it is when it frees budget (a completion, an uncordon): until a write
+// lands it may still fail, and no admission may count on it. Written
+// nodes replace older cached ones; writes the cache has caught up with
+// are forgotten. One lock covers it all: a write landing between two
+// looks would otherwise vanish from both (its node shown as the lagging
+// cache has it, and not busy).
+func (c *Controller) overlay(cached []*corev1.Node) ([]*corev1.Node, map[string]string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if len(c.written) == 0 {
-		return cached
+	busy := make(map[string]string, len(c.busy)+len(c.queued))
+	for node := range c.queued {
+		busy[node] = busyWriting
+	}
+	for node, why := range c.busy {
+		busy[node] = why
+	}
+	if len(c.written) == 0 && len(c.queued) == 0 {
+		return cached, busy
 	}
 	out := make([]*corev1.Node, len(cached))
 	for i, n := range cached {
 		out[i] = n
-		w, ok := c.written[n.Name]
-		switch {
-		case !ok:
-		case newerRV(w.ResourceVersion, n.ResourceVersion):
-			out[i] = w
-		default:
-			delete(c.written, n.Name)
+		if w, ok := c.written[n.Name]; ok {
+			if newerRV(w.ResourceVersion, n.ResourceVersion) {
+				out[i] = w
+			} else {
+				delete(c.written, n.Name)
+			}
+		}
+		for _, a := range c.queued[n.Name] {
+			if !a.Change.Empty() && !freesBudget(a) {
+				out[i] = a.Change.ApplyTo(out[i])
+			}
 		}
 	}
-	return out
+	return out, busy
 }
 
 // newerRV compares resourceVersions. They are opaque to clients in

@@ -26,7 +26,7 @@ import (
 // WritesInFlight allows and no more, and every one is applied. The API
 // server here holds the first limit patches until all of them have
 // arrived: a serial loop would never get past the first.
-func TestApplyAllRunsNodesConcurrently(t *testing.T) {
+func TestWritersRunNodesConcurrently(t *testing.T) {
 	for _, tc := range []struct{ configured, limit int }{{0, DefaultWritesInFlight}, {4, 4}} {
 		t.Run(fmt.Sprint(tc.limit), func(t *testing.T) { testApplyAll(t, tc.configured, tc.limit) })
 	}
@@ -90,8 +90,11 @@ func testApplyAll(t *testing.T, configured, limit int) {
 	}
 	c := NewController(Config{Client: client, Log: logrus.New(), Keys: keys, NodeSelector: labels.Everything(), DriverSelector: labels.Everything(),
 		WritesInFlight: configured})
-	if !c.applyAll(ctx, acts) {
-		t.Fatal("applyAll reported a failure (patches not concurrent?)")
+	q, stop := c.startWriters(ctx)
+	c.enqueue(q, acts)
+	stop()
+	if !c.idle() {
+		t.Fatal("nodes still marked busy after every write returned")
 	}
 	mu.Lock()
 	defer mu.Unlock()

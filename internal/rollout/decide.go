@@ -86,8 +86,8 @@ func Decide(s Snapshot, p Policy, keys contract.Keys, now time.Time) Decision {
 	d.Progress.InFlight, d.Progress.Failed, d.Progress.Unavailable = inFlight, failed, unavailable
 
 	for i, n := range s.Nodes {
-		if s.Busy[n.Name] {
-			d.Waiting[n.Name] = "eviction in progress"
+		if busy, ok := s.Busy[n.Name]; ok {
+			d.Waiting[n.Name] = busy
 			continue
 		}
 		var acts []Action

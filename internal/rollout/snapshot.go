@@ -13,8 +13,10 @@ type Snapshot struct {
 	// do not (reported, never fatal).
 	Targets []string
 	Missing []string
-	// Busy nodes have an eviction or drain running in this process.
-	Busy map[string]bool
+	// Busy nodes have something running in this process (an eviction or
+	// drain, a write on its way), named by the value; they get no action
+	// until it ends.
+	Busy map[string]string
 	// NoDriver is true when no driver DaemonSet is managed (driver
 	// disabled): there is nothing to roll.
 	NoDriver bool

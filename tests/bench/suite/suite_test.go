@@ -41,9 +41,10 @@ func TestHeartbeatStaysWithinTheGracePeriod(t *testing.T) {
 		customGrace bool
 	}{
 		{100, 20 * time.Second, false},
-		{1000, 20 * time.Second, false},
-		{1001, 40 * time.Second, true},
-		{5000, 100 * time.Second, true},
+		{500, 20 * time.Second, false},
+		{501, 40 * time.Second, true},
+		{1000, 40 * time.Second, true},
+		{5000, 200 * time.Second, true},
 	} {
 		every, grace := heartbeat(tc.nodes)
 		if every != tc.every {
@@ -53,11 +54,21 @@ func TestHeartbeatStaysWithinTheGracePeriod(t *testing.T) {
 		if effective == 0 {
 			effective = 50 * time.Second // the controller manager's default
 		}
-		if (grace != 0) != tc.customGrace || effective < 2*every {
-			t.Errorf("N=%d: grace %s for renewals every %s: want at least two renewals per grace period", tc.nodes, grace, every)
+		// Small fleets keep the default; larger ones, whose renewals lag
+		// on 2 cores, must tolerate a lag of several periods.
+		periods := 2
+		if tc.customGrace {
+			periods = 5
 		}
-		if rate := float64(tc.nodes) / every.Seconds(); rate > 50 {
-			t.Errorf("N=%d: %.0f renewals a second, want at most 50", tc.nodes, rate)
+		if (grace != 0) != tc.customGrace || effective < time.Duration(periods)*every {
+			t.Errorf("N=%d: grace %s for renewals every %s: want at least %d renewals per grace period", tc.nodes, grace, every, periods)
+		}
+		limit := 50.0
+		if tc.nodes > 500 {
+			limit = 25
+		}
+		if rate := float64(tc.nodes) / every.Seconds(); rate > limit {
+			t.Errorf("N=%d: %.0f renewals a second, want at most %.0f", tc.nodes, rate, limit)
 		}
 	}
 }
