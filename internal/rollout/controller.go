@@ -32,6 +32,15 @@ import (
 // not a stale view (which the informers resolve by themselves).
 const errorBackoff = time.Second
 
+// decisionPause is how many times a decision's duration the loop waits
+// before the next (pokes coalesce meanwhile). A decision costs CPU in
+// proportion to the nodes and pods; in a large rollout changes come
+// faster than that, and deciding back to back took a core from the API
+// server the rollout waits on (rollout CPU 34 → 53 s over the same
+// N = 1,000 rollout, with no gain). With 4 the loop decides at most a
+// fifth of the time, and a step waits at most four decisions' time more.
+const decisionPause = 4
+
 // Config wires a Controller.
 type Config struct {
 	Client    kubernetes.Interface
@@ -210,6 +219,7 @@ func (c *Controller) Run(ctx context.Context) (Decision, error) {
 	defer stop()
 	var last Decision
 	var lastMissing string
+	var quietUntil time.Time
 	timer := c.cfg.Clock.NewTimer(time.Hour)
 	defer timer.Stop()
 	c.poke()
@@ -220,6 +230,14 @@ func (c *Controller) Run(ctx context.Context) (Decision, error) {
 		case <-c.wake:
 		case <-timer.C():
 		}
+		if wait := quietUntil.Sub(c.cfg.Clock.Now()); wait > 0 {
+			select {
+			case <-ctx.Done():
+				return last, ctx.Err()
+			case <-c.cfg.Clock.After(wait):
+			}
+		}
+		began := c.cfg.Clock.Now()
 		s, d, err := c.decideChained()
 		if err != nil {
 			return last, err
@@ -230,6 +248,7 @@ func (c *Controller) Run(ctx context.Context) (Decision, error) {
 			lastMissing = m
 		}
 		c.enqueue(q, d.Actions)
+		quietUntil = c.cfg.Clock.Now().Add(decisionPause * c.cfg.Clock.Since(began))
 		if d.Outcome != Running && len(d.Actions) == 0 && c.idle() {
 			return d, nil
 		}
