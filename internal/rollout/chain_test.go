@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -183,6 +184,34 @@ func BenchmarkDecideChained(b *testing.B) {
 	for b.Loop() {
 		if _, d := DecideChained(in, View{Keys: keys}, p, keys, now); len(d.Actions) != 5000 {
 			b.Fatalf("%d actions", len(d.Actions))
+		}
+	}
+}
+
+// BenchmarkDecideSteady is one decision in the middle of a 10% rollout of
+// 5,000 nodes: 500 nodes wait for their reboot, the rest are up to date,
+// nothing moves. Its cost is what every change in the cluster costs.
+func BenchmarkDecideSteady(b *testing.B) {
+	drv := driverDS("drv", "2.0", nil)
+	dp := &appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Name: "dp", Namespace: "ns", UID: "uid-dp"}}
+	ex := &appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Name: "ex", Namespace: "ns", UID: "uid-ex"}}
+	in := Inputs{Drivers: []*appsv1.DaemonSet{drv}, Targets: []ResolvedTarget{{Name: "ns/dp", DaemonSets: []*appsv1.DaemonSet{dp}}, {Name: "ns/ex", DaemonSets: []*appsv1.DaemonSet{ex}}}}
+	since := keys.UpgradeSince() + "=" + now.Add(-time.Minute).Format(time.RFC3339)
+	for i := range 5000 {
+		name := fmt.Sprintf("n%04d", i)
+		if i%10 == 0 {
+			in.Nodes = append(in.Nodes, chainNode(name, "label:"+keys.UpgradeState()+"="+string(contract.StateRebootRequired),
+				"label:"+keys.RebootRequired()+"=true", keys.UpgradeBootID()+"=boot-"+name, since, keys.UpgradeWasCordoned()+"=false"))
+		} else {
+			in.Nodes = append(in.Nodes, chainNode(name, "label:"+keys.DriverVersion()+"=2.0"))
+		}
+		in.Pods = append(in.Pods, cached(ownedPod("drv-"+name, name, drv, now), ownedPod("dp-"+name, name, dp, now), ownedPod("ex-"+name, name, ex, now))...)
+	}
+	p := chainPolicy(0, "10%")
+	b.ResetTimer()
+	for b.Loop() {
+		if _, d := DecideChained(in, View{Keys: keys}, p, keys, now); len(d.Actions) != 0 {
+			b.Fatalf("%d actions: %v", len(d.Actions), moves(d)[:1])
 		}
 	}
 }
