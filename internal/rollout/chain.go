@@ -62,12 +62,7 @@ func DecideChained(in Inputs, v View, p Policy, keys contract.Keys, now time.Tim
 				cur.Nodes[index[node]] = w.view(chains[node].Change.ApplyTo(objs[node]))
 			}
 		}
-		// Only open chains can take another step: a node that could be
-		// admitted in this round but was not moving would have been
-		// admitted in the first (the counts only grow from round to
-		// round), so deciding for the open nodes alone changes nothing
-		// but the cost, which no longer grows with the fleet per round.
-		d := decideFor(cur, p, keys, now, open)
+		d := Decide(cur, p, keys, now)
 		moved = map[string]bool{}
 		for node, acts := range byNode(d.Actions) {
 			c := chains[node]

@@ -191,7 +191,14 @@ func BenchmarkDecideChained(b *testing.B) {
 // BenchmarkDecideSteady is one decision in the middle of a 10% rollout of
 // 5,000 nodes: 500 nodes wait for their reboot, the rest are up to date,
 // nothing moves. Its cost is what every change in the cluster costs.
-func BenchmarkDecideSteady(b *testing.B) {
+func BenchmarkDecideSteady(b *testing.B) { benchmarkMidRollout(b, 0) }
+
+// BenchmarkDecideAdmitting is the same decision with 10 slots just freed
+// and 10 nodes still on the old driver: they chain from no state to
+// reboot-required in seven rounds, the rest of the fleet standing still.
+func BenchmarkDecideAdmitting(b *testing.B) { benchmarkMidRollout(b, 10) }
+
+func benchmarkMidRollout(b *testing.B, admitting int) {
 	drv := driverDS("drv", "2.0", nil)
 	dp := &appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Name: "dp", Namespace: "ns", UID: "uid-dp"}}
 	ex := &appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Name: "ex", Namespace: "ns", UID: "uid-ex"}}
@@ -199,10 +206,13 @@ func BenchmarkDecideSteady(b *testing.B) {
 	since := keys.UpgradeSince() + "=" + now.Add(-time.Minute).Format(time.RFC3339)
 	for i := range 5000 {
 		name := fmt.Sprintf("n%04d", i)
-		if i%10 == 0 {
+		switch {
+		case i < admitting:
+			in.Nodes = append(in.Nodes, chainNode(name))
+		case i%10 == 0 && i >= 10*admitting:
 			in.Nodes = append(in.Nodes, chainNode(name, "label:"+keys.UpgradeState()+"="+string(contract.StateRebootRequired),
 				"label:"+keys.RebootRequired()+"=true", keys.UpgradeBootID()+"=boot-"+name, since, keys.UpgradeWasCordoned()+"=false"))
-		} else {
+		default:
 			in.Nodes = append(in.Nodes, chainNode(name, "label:"+keys.DriverVersion()+"=2.0"))
 		}
 		in.Pods = append(in.Pods, cached(ownedPod("drv-"+name, name, drv, now), ownedPod("dp-"+name, name, dp, now), ownedPod("ex-"+name, name, ex, now))...)
@@ -210,8 +220,14 @@ func BenchmarkDecideSteady(b *testing.B) {
 	p := chainPolicy(0, "10%")
 	b.ResetTimer()
 	for b.Loop() {
-		if _, d := DecideChained(in, View{Keys: keys}, p, keys, now); len(d.Actions) != 0 {
-			b.Fatalf("%d actions: %v", len(d.Actions), moves(d)[:1])
+		_, d := DecideChained(in, View{Keys: keys}, p, keys, now)
+		if len(d.Actions) != admitting {
+			b.Fatalf("%d actions, want %d: %v", len(d.Actions), admitting, moves(d))
+		}
+		for _, a := range d.Actions {
+			if a.To != contract.StateRebootRequired {
+				b.Fatalf("%s chained to %s, want %s", a.Node, a.To, contract.StateRebootRequired)
+			}
 		}
 	}
 }

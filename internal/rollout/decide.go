@@ -53,14 +53,6 @@ func (p Progress) String() string {
 // It is pure: the same snapshot gives the same decision, so a restarted
 // rollout continues exactly where the node labels say it was.
 func Decide(s Snapshot, p Policy, keys contract.Keys, now time.Time) Decision {
-	return decideFor(s, p, keys, now, nil)
-}
-
-// decideFor is Decide for the nodes in only (nil: all). The budgets still
-// count every node; the other nodes get no action, no wait reason and no
-// admission, and the outcome is left Running: what the chained rounds
-// need, which look at a few moving nodes of a large fleet each.
-func decideFor(s Snapshot, p Policy, keys contract.Keys, now time.Time, only map[string]bool) Decision {
 	b := builder{k: keys, now: now}
 	d := Decision{Outcome: Running, Waiting: map[string]string{}}
 	if s.NoDriver {
@@ -94,9 +86,6 @@ func decideFor(s Snapshot, p Policy, keys contract.Keys, now time.Time, only map
 	d.Progress.InFlight, d.Progress.Failed, d.Progress.Unavailable = inFlight, failed, unavailable
 
 	for i, n := range s.Nodes {
-		if only != nil && !only[n.Name] {
-			continue
-		}
 		if busy, ok := s.Busy[n.Name]; ok {
 			d.Waiting[n.Name] = busy
 			continue
@@ -135,9 +124,6 @@ func decideFor(s Snapshot, p Policy, keys contract.Keys, now time.Time, only map
 	d.Progress.InFlight += admitted
 	d.Progress.Queued = len(candidates) - admitted
 
-	if only != nil {
-		return d
-	}
 	if len(d.Actions) == 0 && inFlight == 0 && len(s.Busy) == 0 {
 		d.Outcome = outcome(s, p, &d, candidates, failed)
 	}
