@@ -74,8 +74,8 @@ type Controller struct {
 	wake    chan struct{}
 
 	mu sync.Mutex
-	// busy names the nodes with an eviction running.
-	busy map[string]string
+	// evicting holds the nodes with an eviction running.
+	evicting map[string]bool
 	// queued holds each node's actions from the decision that handed them
 	// to the writers until they are written (or failed and paused).
 	queued map[string][]Action
@@ -103,7 +103,7 @@ func NewController(cfg Config) *Controller {
 	if cfg.WritesInFlight <= 0 {
 		cfg.WritesInFlight = DefaultWritesInFlight
 	}
-	c := &Controller{cfg: cfg, wake: make(chan struct{}, 1), busy: map[string]string{}, queued: map[string][]Action{}}
+	c := &Controller{cfg: cfg, wake: make(chan struct{}, 1), evicting: map[string]bool{}, queued: map[string][]Action{}}
 	slim := informers.WithTransform(slimTransform(cfg.Keys))
 	nodeF := informers.NewSharedInformerFactoryWithOptions(cfg.Client, 0, slim, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 		o.LabelSelector = cfg.NodeSelector.String()
@@ -280,7 +280,7 @@ func (c *Controller) startWriters(ctx context.Context) (q workqueue.TypedInterfa
 func (c *Controller) idle() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return len(c.busy) == 0 && len(c.queued) == 0
+	return len(c.evicting) == 0 && len(c.queued) == 0
 }
 
 // enqueue hands a decision's actions to the writers, one item per node:
@@ -365,7 +365,7 @@ func (c *Controller) apply(ctx context.Context, a Action) bool {
 		}
 	case ActEvict:
 		c.mu.Lock()
-		c.busy[a.Node] = busyEvicting
+		c.evicting[a.Node] = true
 		c.mu.Unlock()
 		log.Info(a.Message)
 		c.background.Add(1)
@@ -435,7 +435,7 @@ func (c *Controller) runEvict(ctx context.Context, a Action, log logrus.FieldLog
 	defer func() {
 		defer c.background.Done()
 		c.mu.Lock()
-		delete(c.busy, a.Node)
+		delete(c.evicting, a.Node)
 		c.mu.Unlock()
 		c.poke()
 	}()
@@ -532,12 +532,12 @@ func (c *Controller) remember(n *corev1.Node) {
 func (c *Controller) overlay(cached []*corev1.Node) ([]*corev1.Node, map[string]string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	busy := make(map[string]string, len(c.busy)+len(c.queued))
+	busy := make(map[string]string, len(c.evicting)+len(c.queued))
 	for node := range c.queued {
 		busy[node] = busyWriting
 	}
-	for node, why := range c.busy {
-		busy[node] = why
+	for node := range c.evicting {
+		busy[node] = busyEvicting
 	}
 	if len(c.written) == 0 && len(c.queued) == 0 {
 		return cached, busy

@@ -28,11 +28,11 @@ import (
 // arrived: a serial loop would never get past the first.
 func TestWritersRunNodesConcurrently(t *testing.T) {
 	for _, tc := range []struct{ configured, limit int }{{0, DefaultWritesInFlight}, {4, 4}} {
-		t.Run(fmt.Sprint(tc.limit), func(t *testing.T) { testApplyAll(t, tc.configured, tc.limit) })
+		t.Run(fmt.Sprint(tc.limit), func(t *testing.T) { testWriters(t, tc.configured, tc.limit) })
 	}
 }
 
-func testApplyAll(t *testing.T, configured, limit int) {
+func testWriters(t *testing.T, configured, limit int) {
 	n := 3 * limit
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

@@ -406,7 +406,7 @@ func TestOutcomes(t *testing.T) {
 	if d := decide(policy(), nv("a", in(contract.StateUpgradeRequired), notReady)); d.Outcome != Running {
 		t.Fatalf("NotReady node may come back: %s", d.Outcome)
 	}
-	if d := Decide(Snapshot{Busy: map[string]string{"a": "eviction in progress"}, Nodes: []NodeView{nv("a", in(contract.StatePodDeletionRequired))}}, policy(), keys, now); len(d.Actions) != 0 || d.Outcome != Running {
+	if d := Decide(Snapshot{Busy: map[string]string{"a": busyEvicting}, Nodes: []NodeView{nv("a", in(contract.StatePodDeletionRequired))}}, policy(), keys, now); len(d.Actions) != 0 || d.Outcome != Running {
 		t.Fatalf("a busy node gets no action and the rollout keeps running: %v %s", moves(d), d.Outcome)
 	}
 	if d := Decide(Snapshot{NoDriver: true}, policy(), keys, now); d.Outcome != Finished {
