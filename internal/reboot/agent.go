@@ -18,11 +18,13 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/client-go/informers"
+	"k8s.io/apimachinery/pkg/watch"
+	coordinationinformers "k8s.io/client-go/informers/coordination/v1"
+	coreinformers "k8s.io/client-go/informers/core/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
-	"k8s.io/client-go/metadata/metadatainformer"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/clock"
@@ -155,15 +157,15 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	var synced []cache.InformerSynced
 
-	nodeFactory := informers.NewSharedInformerFactoryWithOptions(a.cfg.Client, a.cfg.Resync,
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+	// One node and one namespace's slot Leases: the typed informers
+	// alone, not the factory of every API group, which the agent would
+	// map into memory on every node for nothing.
+	nodeInf := coreinformers.NewFilteredNodeInformer(a.cfg.Client, a.cfg.Resync, cache.Indexers{},
+		func(o *metav1.ListOptions) {
 			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", a.cfg.NodeName).String()
-		}))
-	nodeInf := nodeFactory.Core().V1().Nodes().Informer()
-	leaseFactory := informers.NewSharedInformerFactoryWithOptions(a.cfg.Client, a.cfg.Resync,
-		informers.WithNamespace(a.cfg.Namespace),
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = slots.Selector().String() }))
-	leaseInf := leaseFactory.Coordination().V1().Leases().Informer()
+		})
+	leaseInf := coordinationinformers.NewFilteredLeaseInformer(a.cfg.Client, a.cfg.Namespace, a.cfg.Resync, cache.Indexers{},
+		func(o *metav1.ListOptions) { o.LabelSelector = slots.Selector().String() })
 	for _, inf := range []cache.SharedIndexInformer{nodeInf, leaseInf} {
 		if _, err := inf.AddEventHandler(enqueue); err != nil {
 			return fmt.Errorf("rebooter on node %s: watch: %w", a.cfg.NodeName, err)
@@ -171,18 +173,14 @@ func (a *Agent) Run(ctx context.Context) error {
 		synced = append(synced, inf.HasSynced)
 	}
 	a.nodes, a.leases = nodeInf.GetStore(), leaseInf.GetStore()
-	nodeFactory.Start(ctx.Done())
-	leaseFactory.Start(ctx.Done())
-	defer nodeFactory.Shutdown()
-	defer leaseFactory.Shutdown()
+	go nodeInf.RunWithContext(ctx)
+	go leaseInf.RunWithContext(ctx)
 
 	if a.cfg.Policy.AutoRecover {
 		// Metadata only: labels and annotations are all the storm
 		// protection reads, and a fleet of full Node objects per agent
 		// would cost every node memory for nothing.
-		mf := metadatainformer.NewFilteredSharedInformerFactory(a.cfg.Metadata, a.cfg.Resync, metav1.NamespaceAll,
-			func(o *metav1.ListOptions) { o.LabelSelector = a.cfg.NPUNodeSelector.String() })
-		fleetInf := mf.ForResource(schema.GroupVersionResource{Version: "v1", Resource: "nodes"}).Informer()
+		fleetInf := a.fleetInformer()
 		if err := fleetInf.SetTransform(a.slimFleetNode); err != nil {
 			return fmt.Errorf("rebooter on node %s: watch NPU nodes: %w", a.cfg.NodeName, err)
 		}
@@ -203,8 +201,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		}
 		a.fleet = fleetInf.GetStore()
 		synced = append(synced, fleetInf.HasSynced)
-		mf.Start(ctx.Done())
-		defer mf.Shutdown()
+		go fleetInf.RunWithContext(ctx)
 	}
 
 	if a.cfg.MetricsAddr != "" {
@@ -644,3 +641,23 @@ func conflictRetry(err, wrapped error) (time.Duration, error) {
 }
 
 func ptrTo[T any](v T) *T { return &v }
+
+// fleetInformer watches the metadata of the NPU nodes. Built on the
+// metadata client directly: client-go's metadatainformer package links
+// the informer factory of every API group, memory each node's agent
+// would map for nothing.
+func (a *Agent) fleetInformer() cache.SharedIndexInformer {
+	nodes := a.cfg.Metadata.Resource(schema.GroupVersionResource{Version: "v1", Resource: "nodes"})
+	selector := a.cfg.NPUNodeSelector.String()
+	lw := &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			o.LabelSelector = selector
+			return nodes.List(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			o.LabelSelector = selector
+			return nodes.Watch(ctx, o)
+		},
+	}
+	return cache.NewSharedIndexInformer(lw, &metav1.PartialObjectMetadata{}, a.cfg.Resync, cache.Indexers{})
+}

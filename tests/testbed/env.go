@@ -110,16 +110,10 @@ func BuildProduct(ctx context.Context, dir string) (string, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", fmt.Errorf("product bin dir: %w", err)
 	}
-	args := []string{"build", "-o", dir + "/"}
-	for _, b := range procnode.Binaries {
-		args = append(args, "./cmd/"+b)
-	}
-	cmd := exec.CommandContext(ctx, "go", args...)
+	// `make build` itself: the agents measured and tested are the
+	// binaries that ship (static, stripped; see the Makefile for why).
+	cmd := exec.CommandContext(ctx, "make", "--no-print-directory", "build", "BIN_DIR="+dir)
 	cmd.Dir = root
-	// Static, as `make build` ships them: a cgo build links Go's plugin
-	// support through kubectl's drain (kustomize) and exports every
-	// symbol, which more than doubles the agents' resident memory.
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("build npu-stack binaries: %w\n%s", err, out)
 	}
