@@ -336,5 +336,15 @@ func (c *ControlPlane) PIDs() []int {
 	return pids
 }
 
+// Components are the running components' process IDs by binary name
+// (etcd, kube-apiserver, ..., kwok).
+func (c *ControlPlane) Components() map[string]int {
+	out := make(map[string]int, len(c.comps))
+	for _, comp := range c.comps {
+		out[comp.name] = comp.cmd.Process.Pid
+	}
+	return out
+}
+
 // Host is the API server's address, https://127.0.0.1:<port>.
 func (c *ControlPlane) Host() string { return c.cfg.Host }

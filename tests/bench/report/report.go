@@ -72,6 +72,37 @@ type Scenario struct {
 	// SimHeartbeatMaxLag is the latest the simulator renewed a bucket of
 	// node Leases, since the fleet was set up (seconds).
 	SimHeartbeatMaxLag Seconds `json:"simulatedHeartbeatMaxLagSeconds,omitempty"`
+
+	// API is the whole cluster's writes during the rollout, from the API
+	// server's metrics; CPU the cores each process used meanwhile. Absent
+	// from results written before they were measured.
+	API *APILoad     `json:"apiLoad,omitempty"`
+	CPU []ProcessCPU `json:"cpuByProcess,omitempty"`
+}
+
+// APILoad is what every client wrote during a rollout, as the API server
+// counted and timed it.
+type APILoad struct {
+	Seconds         Seconds  `json:"seconds"`
+	WritesPerSecond float64  `json:"writesPerSecond"`
+	Busiest         []OpLoad `json:"busiestWrites"`
+}
+
+// OpLoad is one kind of write: its rate and the API server's latency for
+// it (P50 and P99 are bucket upper bounds: "at most").
+type OpLoad struct {
+	Op        string  `json:"op"`
+	PerSecond float64 `json:"perSecond"`
+	Mean      Seconds `json:"mean"`
+	P50       Seconds `json:"p50"`
+	P99       Seconds `json:"p99"`
+}
+
+// ProcessCPU is the CPU one process used during a rollout, in cores
+// (CPU seconds over wall seconds).
+type ProcessCPU struct {
+	Name  string  `json:"name"`
+	Cores float64 `json:"cores"`
 }
 
 // Name labels the scenario.
@@ -258,6 +289,7 @@ func Markdown(r Report) string {
 		b.WriteString("\n")
 	}
 	cycleTable(&b, r.Scenarios)
+	loadTable(&b, r.Scenarios, r.Machine.Cores)
 	if len(r.Agents) > 0 {
 		b.WriteString("\nNode agents (one real process each, on a simulated host):\n\n")
 		b.WriteString("| agent | idle CPU | busy phase | busy CPU | peak RSS | anonymous RSS at end | `--help` peak RSS |\n|---|---:|---|---:|---:|---:|---:|\n")
@@ -323,5 +355,38 @@ func cycleTable(b *strings.Builder, ss []Scenario) {
 		rest := s.CycleMean - s.CycleRollout - s.PerNode
 		fmt.Fprintf(b, "| %d | %s | %s | %s | %s | %s | %s |\n", s.Nodes, s.Parallelism, fmtSec(s.PerNode), fmtSec(s.CycleMean),
 			fmtSec(s.CycleRollout), fmtSec(max(rest, 0)), admit)
+	}
+}
+
+// loadTable shows the whole cluster during each rollout: every client's
+// writes, the API server's own latency for the busiest of them, and the
+// cores each process used. The rollout's steps are round trips through
+// that API server, so this is where their latency comes from.
+func loadTable(b *strings.Builder, ss []Scenario, cores int) {
+	var rows []Scenario
+	for _, s := range ss {
+		if s.API != nil {
+			rows = append(rows, s)
+		}
+	}
+	if len(rows) == 0 {
+		return
+	}
+	fmt.Fprintf(b, "\nThe cluster during each rollout: writes a second from every client (the rollout, the simulated nodes, KWOK, the controller manager), "+
+		"the busiest kinds of write with the API server's own latency for them (mean / p99; the p99 is the upper bound of the API server's histogram bucket), "+
+		"and the CPU each process used, in cores of the %d:\n\n", cores)
+	b.WriteString("| nodes | parallelism | per-node time | writes/s | busiest writes: rate, mean / p99 | CPU (cores) |\n|---:|---|---:|---:|---|---|\n")
+	for _, s := range rows {
+		var ops, cpu []string
+		for _, o := range s.API.Busiest {
+			ops = append(ops, fmt.Sprintf("%s %.0f/s, %s / ≤ %s", o.Op, o.PerSecond, fmtSec(o.Mean), fmtSec(o.P99)))
+		}
+		total := 0.0
+		for _, p := range s.CPU {
+			total += p.Cores
+			cpu = append(cpu, fmt.Sprintf("%s %.2f", p.Name, p.Cores))
+		}
+		fmt.Fprintf(b, "| %d | %s | %s | %.0f | %s | %s; total %.2f |\n", s.Nodes, s.Parallelism, fmtSec(s.PerNode),
+			s.API.WritesPerSecond, strings.Join(ops, "; "), strings.Join(cpu, ", "), total)
 	}
 }

@@ -40,3 +40,19 @@ func TestMarkdownCycleSplit(t *testing.T) {
 		t.Fatalf("cycle table without a measured cycle:\n%s", md)
 	}
 }
+
+func TestMarkdownClusterLoad(t *testing.T) {
+	s := Scenario{Nodes: 1000, Parallelism: "10%", Effective: 100, PerNode: 20, Upgraded: 1000,
+		API: &APILoad{Seconds: 250, WritesPerSecond: 151.4, Busiest: []OpLoad{
+			{Op: "PATCH nodes", PerSecond: 54.7, Mean: 0.0996, P50: 0.1, P99: 0.6},
+			{Op: "PATCH pods/status", PerSecond: 21.7, Mean: 0.165, P50: 0.2, P99: 0.6}}},
+		CPU: []ProcessCPU{{Name: "kube-apiserver", Cores: 0.53}, {Name: "npu-hooks rollout", Cores: 0.085}}}
+	md := Markdown(Report{Machine: Machine{Cores: 2}, Scenarios: []Scenario{s}})
+	want := "| 1000 | 10% | 20.0 s | 151 | PATCH nodes 55/s, 100 ms / ≤ 600 ms; PATCH pods/status 22/s, 165 ms / ≤ 600 ms | kube-apiserver 0.53, npu-hooks rollout 0.09; total 0.61 |"
+	if !strings.Contains(md, want) || !strings.Contains(md, "in cores of the 2") {
+		t.Fatalf("cluster load row missing, want\n%s\nin:\n%s", want, md)
+	}
+	if md := Markdown(Report{Scenarios: []Scenario{{Nodes: 10, Parallelism: "1"}}}); strings.Contains(md, "The cluster during each rollout") {
+		t.Fatalf("cluster load table without a measurement:\n%s", md)
+	}
+}

@@ -65,12 +65,19 @@ func (b *Bed) Run(ctx context.Context, spec Spec) (report.Scenario, error) {
 	b.rec.Take()
 	b.proxy.Counter.Snapshot()
 	simBefore := b.sim.Stats()
+	mark, err := b.markLoad(ctx)
+	if err != nil {
+		return out, err
+	}
 	logPath := filepath.Join(b.cfg.Dir, fmt.Sprintf("rollout-n%d-p%s-t%s.log", n, strings.TrimSuffix(spec.Parallelism.Label, "%"), spec.Timing.Total()))
 	wall, usage, err := b.rollout(ctx, append(args, spec.ExtraArgs...), env, logPath, spec.Timeout)
 	if err != nil {
 		return out, err
 	}
 	out.Wall, out.RolloutCPU, out.RolloutPeakMB = report.S(wall), report.S(usage.CPU), procstat.MiB(usage.PeakRSS)
+	if out.API, out.CPU, err = b.loadSince(ctx, mark, usage.CPU); err != nil {
+		return out, err
+	}
 	simAfter := b.sim.Stats()
 	out.SimWrites = simAfter.Writes - simBefore.Writes
 	out.SimPodRestarts = simAfter.PodRestarts - simBefore.PodRestarts
