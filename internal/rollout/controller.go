@@ -79,11 +79,10 @@ type Controller struct {
 	// queued holds each node's actions from the decision that handed them
 	// to the writers until they are written (or failed and paused).
 	queued map[string][]Action
-	// written holds the Nodes as our own patches returned them (or as a
-	// re-read after a conflicting patch found them) until the informer
-	// catches up: deciding on a cache that lags our writes would admit
-	// nodes past maxUnavailable (each patch is conditional on its own
-	// node only, not on the budget).
+	// written holds the Nodes as our own patches returned them until the
+	// informer catches up: deciding on a cache that lags our writes would
+	// admit nodes past maxUnavailable (each patch is conditional on its
+	// own node only, not on the budget).
 	written map[string]*corev1.Node
 	// background counts evictions and the pauses after failed writes:
 	// work that outlives the writer that started it.
@@ -397,9 +396,6 @@ func (c *Controller) transition(ctx context.Context, a Action, rv string) error 
 		rv = cur.ResourceVersion
 	}
 	node, err := kube.PatchNodeIf(ctx, c.cfg.Client, a.Node, rv, a.Change)
-	if apierrors.IsConflict(err) {
-		c.refetch(ctx, a.Node)
-	}
 	if err != nil {
 		return err
 	}
@@ -486,21 +482,6 @@ func (c *Controller) deletePods(ctx context.Context, a Action, log logrus.FieldL
 		log.WithField("pod", p.Namespace+"/"+p.Name).Info("re-rolled pod (deleted; its DaemonSet re-creates it)")
 	}
 	return errors.Join(errs...)
-}
-
-// refetch reads a node whose patch met a newer version of it. The next
-// decision then acts on that version at once; without it, the decision
-// sees the node the informer still holds and sends the same stale patch
-// again, a wasted write each time, until the watch brings the new
-// version, which under a loaded API server takes hundreds of
-// milliseconds. A failed read costs nothing: the watch brings the node.
-func (c *Controller) refetch(ctx context.Context, name string) {
-	cur, err := c.cfg.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
-	if err != nil {
-		c.cfg.Log.WithError(err).WithField("node", name).Debug("re-read after a conflict failed; waiting for the watch")
-		return
-	}
-	c.remember(cur)
 }
 
 // logConflict logs at debug level what the next decision will redo anyway
