@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -150,6 +151,12 @@ func (a *Agent) Metrics() *Metrics { return a.metrics }
 // Run watches the node until ctx ends.
 func (a *Agent) Run(ctx context.Context) error {
 	defer a.queue.ShutDown()
+	// The informers stop when Run returns, for whatever reason, and Run
+	// waits for them.
+	ctx, cancel := context.WithCancel(ctx)
+	var watches sync.WaitGroup
+	defer watches.Wait()
+	defer cancel()
 	enqueue := cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(any) { a.queue.Add(queueKey) },
 		UpdateFunc: func(any, any) { a.queue.Add(queueKey) },
@@ -173,8 +180,8 @@ func (a *Agent) Run(ctx context.Context) error {
 		synced = append(synced, inf.HasSynced)
 	}
 	a.nodes, a.leases = nodeInf.GetStore(), leaseInf.GetStore()
-	go nodeInf.RunWithContext(ctx)
-	go leaseInf.RunWithContext(ctx)
+	watches.Go(func() { nodeInf.RunWithContext(ctx) })
+	watches.Go(func() { leaseInf.RunWithContext(ctx) })
 
 	if a.cfg.Policy.AutoRecover {
 		// Metadata only: labels and annotations are all the storm
@@ -201,7 +208,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		}
 		a.fleet = fleetInf.GetStore()
 		synced = append(synced, fleetInf.HasSynced)
-		go fleetInf.RunWithContext(ctx)
+		watches.Go(func() { fleetInf.RunWithContext(ctx) })
 	}
 
 	if a.cfg.MetricsAddr != "" {

@@ -29,6 +29,7 @@ func (b *Bed) processes() map[string]int {
 	return procs
 }
 
+// markLoad reads the counters loadSince measures from.
 func (b *Bed) markLoad(ctx context.Context) (loadMark, error) {
 	m := loadMark{cpu: map[string]time.Duration{}}
 	var err error
