@@ -8,10 +8,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"time"
 
@@ -328,13 +330,7 @@ func freePorts(n int) ([]int, error) {
 }
 
 // PIDs are the process IDs of the running components.
-func (c *ControlPlane) PIDs() []int {
-	var pids []int
-	for _, comp := range c.comps {
-		pids = append(pids, comp.cmd.Process.Pid)
-	}
-	return pids
-}
+func (c *ControlPlane) PIDs() []int { return slices.Collect(maps.Values(c.Components())) }
 
 // Components are the running components' process IDs by binary name
 // (etcd, kube-apiserver, ..., kwok).
