@@ -6,6 +6,8 @@
 package apiload
 
 import (
+	"bytes"
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -67,7 +69,7 @@ func Take(ctx context.Context, c rest.Interface, now func() time.Time) (Snapshot
 	if err != nil {
 		return Snapshot{}, fmt.Errorf("read the API server's /metrics: %w", err)
 	}
-	return Parse(strings.NewReader(string(body)), at)
+	return Parse(bytes.NewReader(body), at)
 }
 
 // Parse reads the request latency histograms from a Prometheus text
@@ -109,15 +111,7 @@ func Parse(r io.Reader, at time.Time) (Snapshot, error) {
 func addBuckets(acc []Bucket, bs []*dto.Bucket) []Bucket {
 	for _, b := range bs {
 		ub, n := b.GetUpperBound(), float64(b.GetCumulativeCount())
-		i, found := slices.BinarySearchFunc(acc, ub, func(x Bucket, t float64) int {
-			switch {
-			case x.UpperBound < t:
-				return -1
-			case x.UpperBound > t:
-				return 1
-			}
-			return 0
-		})
+		i, found := slices.BinarySearchFunc(acc, ub, func(x Bucket, t float64) int { return cmp.Compare(x.UpperBound, t) })
 		if found {
 			acc[i].Count += n
 		} else {
@@ -153,13 +147,7 @@ func Between(a, b Snapshot) report.APILoad {
 			P50: report.Seconds(d.quantile(0.5)), P99: report.Seconds(d.quantile(0.99))})
 	}
 	slices.SortFunc(ops, func(x, y report.OpLoad) int {
-		if x.PerSecond != y.PerSecond {
-			if x.PerSecond > y.PerSecond {
-				return -1
-			}
-			return 1
-		}
-		return strings.Compare(x.Op, y.Op)
+		return cmp.Or(cmp.Compare(y.PerSecond, x.PerSecond), strings.Compare(x.Op, y.Op))
 	})
 	out.WritesPerSecond = writes / secs
 	out.Busiest = ops[:min(busiest, len(ops))]

@@ -1,6 +1,7 @@
 package scenario
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"os"
@@ -22,28 +23,14 @@ type loadMark struct {
 	cpu map[string]time.Duration
 }
 
-// processes are the control plane's components and this process.
-func (b *Bed) processes() map[string]int {
-	procs := b.cfg.Env.Components()
-	procs[benchProcess] = os.Getpid()
-	return procs
-}
-
 // markLoad reads the counters loadSince measures from.
 func (b *Bed) markLoad(ctx context.Context) (loadMark, error) {
-	m := loadMark{cpu: map[string]time.Duration{}}
-	var err error
-	if m.api, err = apiload.Take(ctx, b.cfg.Env.Client.CoreV1().RESTClient(), time.Now); err != nil {
-		return m, err
+	api, err := apiload.Take(ctx, b.cfg.Env.Client.CoreV1().RESTClient(), time.Now)
+	if err != nil {
+		return loadMark{}, err
 	}
-	for name, pid := range b.processes() {
-		u, err := procstat.Read(pid)
-		if err != nil {
-			return m, fmt.Errorf("CPU of %s: %w", name, err)
-		}
-		m.cpu[name] = u.CPU
-	}
-	return m, nil
+	cpu, err := b.cpuTimes()
+	return loadMark{api: api, cpu: cpu}, err
 }
 
 // loadSince is the cluster's load from m until now: the API server's
@@ -54,24 +41,32 @@ func (b *Bed) loadSince(ctx context.Context, m loadMark, rolloutCPU time.Duratio
 	if err != nil {
 		return nil, nil, err
 	}
+	cpuNow, err := b.cpuTimes()
+	if err != nil {
+		return nil, nil, err
+	}
 	api := apiload.Between(m.api, now)
 	secs := now.At.Sub(m.api.At).Seconds()
 	cpu := []report.ProcessCPU{{Name: "npu-hooks rollout", Cores: rolloutCPU.Seconds() / secs}}
-	for name, pid := range b.processes() {
+	for name, t := range cpuNow {
+		cpu = append(cpu, report.ProcessCPU{Name: name, Cores: (t - m.cpu[name]).Seconds() / secs})
+	}
+	slices.SortFunc(cpu, func(x, y report.ProcessCPU) int { return cmp.Compare(y.Cores, x.Cores) })
+	return &api, cpu, nil
+}
+
+// cpuTimes is the CPU time so far of the control plane's components and
+// this process.
+func (b *Bed) cpuTimes() (map[string]time.Duration, error) {
+	procs := b.cfg.Env.Components()
+	procs[benchProcess] = os.Getpid()
+	out := make(map[string]time.Duration, len(procs))
+	for name, pid := range procs {
 		u, err := procstat.Read(pid)
 		if err != nil {
-			return nil, nil, fmt.Errorf("CPU of %s: %w", name, err)
+			return nil, fmt.Errorf("CPU of %s: %w", name, err)
 		}
-		cpu = append(cpu, report.ProcessCPU{Name: name, Cores: (u.CPU - m.cpu[name]).Seconds() / secs})
+		out[name] = u.CPU
 	}
-	slices.SortFunc(cpu, func(x, y report.ProcessCPU) int {
-		switch {
-		case x.Cores > y.Cores:
-			return -1
-		case x.Cores < y.Cores:
-			return 1
-		}
-		return 0
-	})
-	return &api, cpu, nil
+	return out, nil
 }
