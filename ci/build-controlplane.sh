@@ -14,7 +14,8 @@ stamp_input() {
 	echo "$kube_version"
 	cat "$root"/ci/controlplane/go.mod "$root"/ci/controlplane/go.sum \
 		"$root"/ci/etcd/go.mod "$root"/ci/etcd/go.sum \
-		"$root"/ci/kwok/go.mod "$root"/ci/kwok/go.sum
+		"$root"/ci/kwok/go.mod "$root"/ci/kwok/go.sum \
+		"$root"/ci/registry/go.mod "$root"/ci/registry/go.sum
 }
 want=$(stamp_input | sha256sum | cut -d' ' -f1)
 if [[ -f $out/stamp && $(cat "$out/stamp") == "$want" ]]; then
@@ -43,6 +44,10 @@ echo "building etcd"
 (cd "$root/ci/etcd" && go build -trimpath -ldflags "-s -w" -o "$out/bin/etcd" go.etcd.io/etcd/server/v3)
 echo "building kwok"
 (cd "$root/ci/kwok" && go build -trimpath -ldflags "-s -w" -o "$out/bin/kwok" sigs.k8s.io/kwok/cmd/kwok)
+# The test bed's OCI registry: CNCF distribution, the registry most
+# private and air-gapped mirrors run.
+echo "building the distribution registry"
+(cd "$root/ci/registry" && go build -trimpath -ldflags "-s -w" -o "$out/bin/registry" github.com/distribution/distribution/v3/cmd/registry)
 # KWOK needs its lifecycle stages as config; take the upstream "fast" node
 # and pod stages plus lease heartbeats from the pinned module.
 kwok_dir=$(cd "$root/ci/kwok" && go list -m -f '{{.Dir}}' sigs.k8s.io/kwok)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -34,6 +35,7 @@ type preflightFlags struct {
 	skipImageCheck bool
 	insecure       bool
 	pullSecretDir  string
+	imageTimeout   time.Duration
 }
 
 // NewPreflight is `npu-hooks preflight`.
@@ -101,6 +103,7 @@ policy (unmanaged pods need force, emptyDir data needs deleteEmptyDir).`,
 	fs.StringVar(&f.drainSelector, "drain-selector", "", "driver.upgradePolicy.drain.podSelector")
 	fs.BoolVar(&f.skipImageCheck, "skip-image-check", false, "do not ask the registry whether the driver images exist (air-gapped registries)")
 	fs.BoolVar(&f.insecure, "insecure-registry", false, "talk plain HTTP to the driver image registry")
+	fs.DurationVar(&f.imageTimeout, "image-check-timeout", 30*time.Second, "how long to wait for the registry's answer about one driver image before refusing")
 	fs.StringVar(&f.pullSecretDir, "pull-secret-dir", "/etc/npu-stack/pull-secrets", "directory of mounted imagePullSecrets (<dir>/<secret>/.dockerconfigjson)")
 	return cmd
 }
@@ -137,7 +140,7 @@ func (f *preflightFlags) input() (preflight.Input, kubernetes.Interface, error) 
 		if err != nil {
 			return in, nil, cli.Terminal(err)
 		}
-		in.Images = preflight.Registry{Keychain: kc, Insecure: f.insecure}
+		in.Images = preflight.Registry{Keychain: kc, Insecure: f.insecure, Timeout: f.imageTimeout}
 	}
 	client, _, err := f.cluster.client.Client()
 	return in, client, err

@@ -7,9 +7,14 @@ package preflight
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"net/http"
+	"slices"
 	"sort"
 	"strings"
+
+	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -90,6 +95,26 @@ type Result struct {
 	ToUpgrade []string
 }
 
+// VendorDriverRepository is where the precompiled driver images are
+// published (seed: Step 1.1 of the installation copies them from there).
+const VendorDriverRepository = "docker.io/alaudadockerhub/ascend-driver"
+
+// imageProblem says what to do about a driver image that cannot be pulled:
+// copy it (every architecture) from the vendor, or fix the values.
+func imageProblem(image string, err error) string {
+	tag := image[strings.LastIndex(image, ":")+1:]
+	copyCmd := fmt.Sprintf("skopeo copy --all docker://%s:%s docker://%s", VendorDriverRepository, tag, image)
+	var terr *transport.Error
+	switch {
+	case errors.Is(err, ErrMissingArch):
+		return fmt.Sprintf("driver image %s cannot run on this profile's nodes: %v; copy every architecture with `%s`", image, err, copyCmd)
+	case errors.As(err, &terr) && terr.StatusCode == http.StatusNotFound:
+		return fmt.Sprintf("driver image %s is not in the registry (%v); copy it for every architecture with `%s`, or fix driver.version, driver.image or driver.tagTemplate", image, err, copyCmd)
+	default:
+		return fmt.Sprintf("driver image %s cannot be checked: %v; fix the registry or imagePullSecrets, or set hooks.preflight.skipImageCheck=true to skip the check", image, err)
+	}
+}
+
 // Run performs every check.
 func Run(ctx context.Context, in Input) (Result, error) {
 	var r Result
@@ -97,12 +122,16 @@ func Run(ctx context.Context, in Input) (Result, error) {
 		return r, nil // passthrough driver: nothing to install or roll
 	}
 	covering := map[string][]string{} // node → profiles
+	archs := map[string][]string{}    // profile → its nodes' architectures
 	used := map[string]bool{}
 	for _, n := range in.Nodes {
 		for _, p := range in.Profiles {
 			if p.Selector(in.ProfileLabels).Matches(labels.Set(n.Labels)) {
 				covering[n.Name] = append(covering[n.Name], p.Name)
 				used[p.Name] = true
+				if a := n.Labels[corev1.LabelArchStable]; a != "" && !slices.Contains(archs[p.Name], a) {
+					archs[p.Name] = append(archs[p.Name], a)
+				}
 			}
 		}
 		switch c := covering[n.Name]; len(c) {
@@ -121,9 +150,10 @@ func Run(ctx context.Context, in Input) (Result, error) {
 			if !used[p.Name] {
 				continue // no node uses it: its image is never pulled
 			}
-			if err := in.Images.Check(ctx, p.Image); err != nil {
-				r.Problems = append(r.Problems, Problem{"profile/" + p.Name, fmt.Sprintf(
-					"driver image %s is not available: %v; push it, fix driver.image or driver.tagTemplate, add imagePullSecrets, or set hooks.preflight.skipImageCheck for an air-gapped registry", p.Image, err)})
+			a := archs[p.Name]
+			slices.Sort(a)
+			if err := in.Images.Check(ctx, p.Image, a); err != nil {
+				r.Problems = append(r.Problems, Problem{"profile/" + p.Name, imageProblem(p.Image, err)})
 			}
 		}
 	}

@@ -4,13 +4,17 @@ import (
 	"context"
 	"encoding/base64"
 	"errors"
+	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -36,19 +40,26 @@ func node(name, chip, loaded string, cordoned, ready bool) *corev1.Node {
 	}
 }
 
-type images map[string]bool
+// images maps an image to the architectures it offers.
+type images map[string][]string
 
-func (im images) Check(_ context.Context, image string) error {
-	if im[image] {
-		return nil
+func (im images) Check(_ context.Context, image string, archs []string) error {
+	have, ok := im[image]
+	if !ok {
+		return &transport.Error{StatusCode: http.StatusNotFound, Errors: []transport.Diagnostic{{Code: transport.ManifestUnknownErrorCode, Message: "manifest unknown"}}}
 	}
-	return errors.New("MANIFEST_UNKNOWN")
+	for _, a := range archs {
+		if !slices.Contains(have, a) {
+			return fmt.Errorf("%w: it has %v, the nodes need %s", ErrMissingArch, have, a)
+		}
+	}
+	return nil
 }
 
 func input(nodes ...*corev1.Node) Input {
 	return Input{Keys: keys, DriverEnabled: true, DriverVersion: "2.0", ProfileLabels: pl,
 		Profiles: []Profile{{Name: "a", Chip: "910b", Kernel: "k1", OS: "os1", Image: "reg/drv:a"}, {Name: "b", Chip: "310p", Kernel: "k1", OS: "os1", Image: "reg/drv:b"}},
-		Nodes:    nodes, MaxUnavailable: intstr.FromString("50%"), Images: images{"reg/drv:a": true, "reg/drv:b": true}}
+		Nodes:    nodes, MaxUnavailable: intstr.FromString("50%"), Images: images{"reg/drv:a": {"amd64", "arm64"}, "reg/drv:b": {"amd64", "arm64"}}}
 }
 
 func problems(t *testing.T, in Input) string {
@@ -81,9 +92,16 @@ func TestRun(t *testing.T) {
 		}(), []string{"node/n1", "several driver profiles (a, c)"}},
 		"image missing": {func() Input {
 			in := input(ok...)
-			in.Images = images{"reg/drv:a": true}
+			in.Images = images{"reg/drv:a": {"amd64"}}
 			return in
-		}(), []string{"profile/b", "reg/drv:b", "MANIFEST_UNKNOWN", "skipImageCheck"}},
+		}(), []string{"profile/b", "reg/drv:b", "MANIFEST_UNKNOWN", "not in the registry", "skopeo copy --all docker://docker.io/alaudadockerhub/ascend-driver:b docker://reg/drv:b"}},
+		"image without the nodes' architecture": {func() Input {
+			arm := node("n1", "910b", "1.0", false, true)
+			arm.Labels[corev1.LabelArchStable] = "arm64"
+			in := input(arm, node("n2", "310p", "1.0", false, true))
+			in.Images = images{"reg/drv:a": {"amd64"}, "reg/drv:b": {"amd64"}}
+			return in
+		}(), []string{"profile/a", "reg/drv:a", "arm64", "cannot run on this profile's nodes", "skopeo copy --all"}},
 		"budget spent": {func() Input {
 			in := input(node("n1", "910b", "1.0", false, true), node("n2", "910b", "1.0", true, true), node("n3", "910b", "1.0", false, false), node("n4", "910b", "1.0", false, true))
 			return in

@@ -77,7 +77,7 @@ func Values(version string) map[string]any {
 		// off because every node shares one loopback.
 		"rebooter":    map[string]any{"uptimeGuardMinutes": 0, "metricsPort": 0, "slots": 2},
 		"healthWatch": map[string]any{"probeIntervalSeconds": 2, "probeTimeoutSeconds": 2, "failureThreshold": 3},
-		"hooks": map[string]any{"preflight": map[string]any{"skipImageCheck": true}, "resume": map[string]any{"enabled": false},
+		"hooks": map[string]any{"resume": map[string]any{"enabled": false},
 			"activeDeadlineSeconds": 900},
 	}
 }

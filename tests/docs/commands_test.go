@@ -91,6 +91,7 @@ var notRunHere = []struct{ prefix, why string }{
 	{"GOBIN=", "builds a CLI from the Go module proxy (minutes)"},
 	{"d=$(go mod download", "builds a CLI from the Go module proxy (minutes)"},
 	{`(cd "$d"`, "builds a CLI from the Go module proxy (minutes)"},
+	{"skopeo ", "copies images from the vendors' registries, which this machine cannot reach; the test bed pushes stand-ins of them (tests/testbed/standin.go)"},
 	{"bin/npu-cluster ", "injects a fault into `make cluster`'s simulated host; wedge detection and recovery are tested in tests/health and tests/reboot"},
 	{"kubectl apply -n argocd ", "needs Argo CD's CRDs; the file is checked by TestArgoCDExample"},
 	{"kubectl apply -f docs/examples/flux-", "needs Flux's CRDs; the file is checked by TestFluxExample"},

@@ -112,7 +112,7 @@ func newStack(t *testing.T, ns, release string, n910, n310 int) *stack {
 		},
 		"rebooter":    map[string]any{"uptimeGuardMinutes": 0, "metricsPort": 0, "slots": 2},
 		"healthWatch": map[string]any{"probeIntervalSeconds": 5, "probeTimeoutSeconds": 2},
-		"hooks": map[string]any{"preflight": map[string]any{"skipImageCheck": true}, "resume": map[string]any{"enabled": false},
+		"hooks": map[string]any{"resume": map[string]any{"enabled": false},
 			"activeDeadlineSeconds": 600},
 	}
 	t.Cleanup(func() {

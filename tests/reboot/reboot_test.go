@@ -26,7 +26,7 @@ import (
 // NPU (huawei.com/Ascend910).
 func pod(t *testing.T, ns, name, node string, npu bool) *corev1.Pod {
 	t.Helper()
-	c := corev1.Container{Name: "work", Image: "registry.example/pause:3.10"}
+	c := corev1.Container{Name: "work", Image: env.Product.PauseImage}
 	if npu {
 		c.Resources.Limits = corev1.ResourceList{"huawei.com/Ascend910": resource.MustParse("1")}
 	}

@@ -47,6 +47,10 @@ type Options struct {
 	// the default (50 s). The benchmark raises it so that thousands of
 	// simulated nodes can renew their Leases less often.
 	NodeMonitorGracePeriod time.Duration
+	// RegistryPort is the loopback port of the registry; 0 picks a free
+	// one (`make cluster` fixes it so the tour's commands are the same
+	// every time).
+	RegistryPort int
 }
 
 // ControlPlane is a running local cluster.
@@ -56,9 +60,12 @@ type ControlPlane struct {
 	Kubeconfig string
 	BinDir     string
 	cfg        *rest.Config
-	pki        *pki
-	ownsDir    bool
-	comps      []*component
+	// Registry is the cluster's OCI registry: the images and the chart
+	// the tests install come from it, as on a real cluster.
+	Registry *Registry
+	pki      *pki
+	ownsDir  bool
+	comps    []*component
 }
 
 // Config returns a fresh copy of the admin client configuration.
@@ -205,6 +212,10 @@ func Start(ctx context.Context, opts Options) (_ *ControlPlane, err error) {
 	); err != nil {
 		return nil, err
 	}
+	if cp.Registry, err = StartRegistry(ctx, binDir, filepath.Join(cp.Dir, "registry"), RegistryOptions{Port: opts.RegistryPort}); err != nil {
+		return nil, err
+	}
+	cp.comps = append(cp.comps, cp.Registry.comp)
 	// The default service account appears once the controller manager's
 	// controllers run; pods cannot be admitted before that.
 	if err := cp.waitFor(ctx, "kube-controller-manager to create the default service account", func() (bool, error) {

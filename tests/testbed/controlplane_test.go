@@ -51,8 +51,8 @@ func TestControlPlaneStopLeavesNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(pids) != 5 {
-		t.Fatalf("%d components running, want 5 (etcd, apiserver, controller-manager, scheduler, kwok)", len(pids))
+	if len(pids) != 6 {
+		t.Fatalf("%d components running, want 6 (etcd, apiserver, controller-manager, scheduler, kwok, registry)", len(pids))
 	}
 	if err := cp.Stop(); err != nil {
 		t.Fatal(err)

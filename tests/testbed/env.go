@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -26,8 +25,11 @@ type Env struct {
 	*ControlPlane
 	Client kubernetes.Interface
 	// ProductBinDir holds npu-hooks, npu-rebooter and npu-healthwatch
-	// built from this checkout.
+	// built from this checkout for this machine (linux/amd64).
 	ProductBinDir string
+	// Product is what was built from this checkout and pushed to the
+	// registry: the process-backed nodes pull and run exactly that.
+	Product *Product
 
 	mu        sync.Mutex
 	procNodes []*procnode.Node
@@ -93,31 +95,31 @@ func NewEnv(ctx context.Context, opts Options) (*Env, error) {
 		_ = cp.Stop()
 		return nil, fmt.Errorf("client: %w", err)
 	}
-	if env.ProductBinDir, err = BuildProduct(ctx, filepath.Join(cp.Dir, "product-bin")); err != nil {
+	if err := env.publish(ctx); err != nil {
 		_ = cp.Stop()
 		return nil, err
 	}
 	return env, nil
 }
 
-// BuildProduct compiles the three npu-stack binaries from this checkout
-// into dir (the Go build cache keeps this fast after the first time).
-func BuildProduct(ctx context.Context, dir string) (string, error) {
-	root, err := RepoRoot()
+// publish builds the binaries for both architectures and pushes the
+// images and the chart to the registry, as a release would.
+func (e *Env) publish(ctx context.Context) error {
+	version := BuildVersion()
+	e.ProductBinDir = filepath.Join(e.Dir, "product-bin", "amd64")
+	arm64 := filepath.Join(e.Dir, "product-bin", "arm64")
+	if err := buildProductArch(ctx, e.ProductBinDir, "amd64", version); err != nil {
+		return err
+	}
+	if err := buildProductArch(ctx, arm64, "arm64", version); err != nil {
+		return err
+	}
+	p, err := Publish(ctx, e.Registry, version, e.ProductBinDir, arm64, filepath.Join(e.Dir, "chart"))
 	if err != nil {
-		return "", err
+		return fmt.Errorf("publish npu-stack to the test-bed registry: %w", err)
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", fmt.Errorf("product bin dir: %w", err)
-	}
-	// `make build` itself: the agents measured and tested are the
-	// binaries that ship (static, stripped; see the Makefile for why).
-	cmd := exec.CommandContext(ctx, "make", "--no-print-directory", "build", "BIN_DIR="+dir)
-	cmd.Dir = root
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("build npu-stack binaries: %w\n%s", err, out)
-	}
-	return dir, nil
+	e.Product = p
+	return nil
 }
 
 // AddNPUNodes registers n KWOK-simulated NPU nodes (pods on them are
@@ -166,7 +168,7 @@ func (e *Env) AddProcessNodes(ctx context.Context, n int, spec NodeSpec) ([]*pro
 			RESTConfig: e.Config(),
 			Name:       name,
 			Labels:     spec.NodeLabels(),
-			BinDir:     e.ProductBinDir,
+			ImageDir:   filepath.Join(e.Dir, "images"),
 			Dir:        filepath.Join(e.Dir, "nodes", name),
 			Host:       simhost.Spec{Chip: spec.Chip, ChipCount: spec.ChipCount, Driver: spec.Driver},
 		})

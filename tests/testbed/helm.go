@@ -1,10 +1,13 @@
 package testbed
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"helm.sh/helm/v3/pkg/action"
@@ -12,6 +15,7 @@ import (
 	"helm.sh/helm/v3/pkg/chart/loader"
 	"helm.sh/helm/v3/pkg/chartutil"
 	"helm.sh/helm/v3/pkg/kube"
+	"helm.sh/helm/v3/pkg/registry"
 	"helm.sh/helm/v3/pkg/release"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 )
@@ -21,10 +25,22 @@ import (
 type Helm struct {
 	cp        *ControlPlane
 	Namespace string
+	// product, when set, is where charts and images come from: the
+	// chart is pulled from the registry and imageRegistry points there.
+	product *Product
+	reg     *Registry
 }
 
-// Helm returns a Helm SDK client whose releases live in namespace.
+// Helm returns a Helm SDK client whose releases live in namespace and
+// whose chart is the one of this checkout, from its directory.
 func (c *ControlPlane) Helm(namespace string) *Helm { return &Helm{cp: c, Namespace: namespace} }
+
+// Helm returns a Helm SDK client whose releases live in namespace and
+// which installs what a user would: the chart from the registry, with
+// every image pulled from there.
+func (e *Env) Helm(namespace string) *Helm {
+	return &Helm{cp: e.ControlPlane, Namespace: namespace, product: e.Product, reg: e.Registry}
+}
 
 // Config is an action.Configuration for the control plane; logf receives
 // Helm's debug log (nil discards it).
@@ -51,7 +67,46 @@ func ChartPath() (string, error) {
 	return filepath.Join(root, "charts", "npu-stack"), nil
 }
 
-func loadChart() (*chart.Chart, error) {
+// loadChart is the chart to install: pulled from the registry as
+// `helm install oci://...` does when the test bed published one.
+func (h *Helm) loadChart() (*chart.Chart, error) {
+	if h.product == nil {
+		return loadChartDir()
+	}
+	rc, err := registry.NewClient(registry.ClientOptPlainHTTP())
+	if err != nil {
+		return nil, fmt.Errorf("helm registry client: %w", err)
+	}
+	ref := strings.TrimPrefix(h.product.ChartRef(), "oci://") + ":" + h.product.ChartVersion
+	res, err := rc.Pull(ref, registry.PullOptWithChart(true))
+	if err != nil {
+		return nil, fmt.Errorf("pull chart %s: %w", ref, err)
+	}
+	ch, err := loader.LoadArchive(bytes.NewReader(res.Chart.Data))
+	if err != nil {
+		return nil, fmt.Errorf("load chart %s: %w", ref, err)
+	}
+	return ch, nil
+}
+
+// values are vals with imageRegistry pointing at the test-bed registry
+// unless the test chose one.
+func (h *Helm) values(vals map[string]any) map[string]any {
+	if h.product == nil {
+		return vals
+	}
+	if _, set := vals["imageRegistry"]; set {
+		return vals
+	}
+	out := maps.Clone(vals)
+	if out == nil {
+		out = map[string]any{}
+	}
+	out["imageRegistry"] = h.product.Registry
+	return out
+}
+
+func loadChartDir() (*chart.Chart, error) {
 	path, err := ChartPath()
 	if err != nil {
 		return nil, err
@@ -76,6 +131,10 @@ type InstallOptions struct {
 	// HookOutput receives the log of a failed hook (the chart asks for it
 	// with helm.sh/hook-output-log-policy), as the helm CLI prints it.
 	HookOutput io.Writer
+	// NoDriverMirror leaves the driver images out of the registry: the
+	// admin skipped Step 1.1 (copying them). By default every driver image
+	// the values name is pushed as a stand-in first, as that step would.
+	NoDriverMirror bool
 	// WrapKubeClient replaces Helm's Kubernetes client, e.g. with another
 	// wait strategy (kstatus, as Flux and Helm 4 --wait=watcher use).
 	WrapKubeClient func(*kube.Client) kube.Interface
@@ -112,7 +171,7 @@ func (h *Helm) Install(ctx context.Context, releaseName string, vals map[string]
 	if err != nil {
 		return nil, err
 	}
-	ch, err := loadChart()
+	ch, vals, err := h.prepare(ctx, vals, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -133,7 +192,7 @@ func (h *Helm) Upgrade(ctx context.Context, releaseName string, vals map[string]
 	if err != nil {
 		return nil, err
 	}
-	ch, err := loadChart()
+	ch, vals, err := h.prepare(ctx, vals, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -177,10 +236,14 @@ func (h *Helm) Status(releaseName string) (*release.Release, error) {
 // Render renders the chart with vals like `helm template` (hooks
 // included in Hooks), validating vals against the schema.
 func (h *Helm) Render(ctx context.Context, releaseName string, vals map[string]any) (*release.Release, error) {
-	ch, err := loadChart()
+	ch, err := h.loadChart()
 	if err != nil {
 		return nil, err
 	}
+	return h.render(ctx, ch, releaseName, h.values(vals))
+}
+
+func (h *Helm) render(ctx context.Context, ch *chart.Chart, releaseName string, vals map[string]any) (*release.Release, error) {
 	inst := action.NewInstall(&action.Configuration{})
 	inst.DryRun, inst.ClientOnly, inst.Replace = true, true, true
 	inst.ReleaseName, inst.Namespace = releaseName, h.Namespace

@@ -33,7 +33,7 @@ func resolveBinDir(dir string) (string, error) {
 			dir = filepath.Join(root, ".cache", "controlplane", "bin")
 		}
 	}
-	for _, b := range []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok"} {
+	for _, b := range []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok", "registry"} {
 		if _, err := os.Stat(filepath.Join(dir, b)); err != nil {
 			return "", fmt.Errorf("control-plane binary %s missing in %s: run `make controlplane` (ci/build-controlplane.sh) first", b, dir)
 		}

@@ -95,7 +95,7 @@ func TestDaemonSetRunsOnExactlyTheNPUNodes(t *testing.T) {
 				ObjectMeta: metav1.ObjectMeta{Labels: sel},
 				Spec: corev1.PodSpec{
 					NodeSelector: map[string]string{contract.LabelNPUPresent: "true"},
-					Containers:   []corev1.Container{{Name: "probe", Image: "registry.example/pause:3.10"}},
+					Containers:   []corev1.Container{{Name: "probe", Image: env.Product.PauseImage}},
 				},
 			},
 		},
@@ -144,7 +144,7 @@ func runJob(t *testing.T, ns, name string, node *procnode.Node, args ...string) 
 				NodeSelector:  map[string]string{corev1.LabelHostname: node.Name()},
 				Containers: []corev1.Container{{
 					Name:  "hooks",
-					Image: "ghcr.io/openfuyao/npu-stack/npu-hooks:dev",
+					Image: env.Product.Images["npu-hooks"],
 					Args:  args,
 				}},
 			}},
@@ -217,7 +217,7 @@ func TestProcessNodeRebootRestartsPods(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Name: "agent", Namespace: ns},
 		Spec: corev1.PodSpec{
 			NodeName:   node.Name(),
-			Containers: []corev1.Container{{Name: "agent", Image: "registry.example/pause:3.10"}},
+			Containers: []corev1.Container{{Name: "agent", Image: env.Product.PauseImage}},
 		},
 	}
 	if _, err := env.Client.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {

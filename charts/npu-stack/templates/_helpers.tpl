@@ -39,17 +39,25 @@ app.kubernetes.io/component: {{ .component }}
 {{- end }}
 
 {{/*
-The one image helper: (dict "image" .Values.images.hooks "ctx" $).
+The one image helper: (dict "image" .Values.images.hooks "ctx" $), plus
+"tag" to override the image's own tag (the driver's per-profile tag).
+imageRegistry (an air-gapped mirror) replaces the image's registry; then
 registry/repository, then @digest if set, else :tag (default appVersion).
 */}}
 {{- define "npu-stack.image" -}}
+{{- $registry := .ctx.Values.imageRegistry | default .image.registry }}
 {{- $repo := .image.repository }}
-{{- if .image.registry }}{{ $repo = printf "%s/%s" .image.registry .image.repository }}{{ end }}
+{{- if $registry }}{{ $repo = printf "%s/%s" $registry .image.repository }}{{ end }}
 {{- if .image.digest }}
 {{- printf "%s@%s" $repo .image.digest }}
 {{- else }}
-{{- printf "%s:%s" $repo (.image.tag | default .ctx.Chart.AppVersion | toString) }}
+{{- printf "%s:%s" $repo (.tag | default .image.tag | default .ctx.Chart.AppVersion | toString) }}
 {{- end }}
+{{- end }}
+
+{{/* Driver image of one profile: (dict "profile" $p "ctx" $). */}}
+{{- define "npu-stack.driverImage" -}}
+{{- include "npu-stack.image" (dict "image" .ctx.Values.driver.image "ctx" .ctx "tag" (include "npu-stack.driverTag" .)) }}
 {{- end }}
 
 {{/* Pull secrets of every pod. */}}

@@ -35,8 +35,9 @@ func newRoot() *cobra.Command {
 }
 
 func newUp(stateDir *string) *cobra.Command {
-	var kwokNodes, procNodes int
+	var kwokNodes, procNodes, registryPort int
 	var chip string
+	var driverVersions []string
 	cmd := &cobra.Command{
 		Use:   "up",
 		Short: "start the cluster and keep it running until SIGTERM or SIGINT",
@@ -52,7 +53,7 @@ func newUp(stateDir *string) *cobra.Command {
 			defer stop()
 			startCtx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 			defer cancel()
-			env, err := testbed.NewEnv(startCtx, testbed.Options{Dir: runDir})
+			env, err := testbed.NewEnv(startCtx, testbed.Options{Dir: runDir, RegistryPort: registryPort})
 			if err != nil {
 				return err
 			}
@@ -74,13 +75,23 @@ func newUp(stateDir *string) *cobra.Command {
 			if _, err := env.AddNPUNodes(startCtx, kwokNodes, testbed.NodeSpec{Prefix: "kwok-npu", Chip: chip}); err != nil {
 				return err
 			}
+			// The driver images of the default profile, as seed Step 1.1
+			// copies them into the cluster's registry before an upgrade.
+			for _, v := range driverVersions {
+				if err := env.Helm("npu-operator").MirrorDriverImages(startCtx, map[string]any{"driver": map[string]any{"version": v}}); err != nil {
+					return err
+				}
+			}
 			kubeconfig, _ := filepath.Abs(env.Kubeconfig)
 			ready := filepath.Join(*stateDir, "ready")
 			if err := os.WriteFile(ready, []byte(kubeconfig+"\n"), 0o644); err != nil {
 				return err
 			}
 			defer func() { _ = os.Remove(ready) }()
-			fmt.Printf("cluster ready: KUBECONFIG=%s\n", kubeconfig)
+			fmt.Printf("cluster ready: KUBECONFIG=%s\nregistry: %s\nchart: %s --version %s\n", kubeconfig, env.Registry.Host, env.Product.ChartRef(), env.Product.ChartVersion)
+			if err := os.WriteFile(filepath.Join(*stateDir, "registry"), []byte(env.Registry.Host+"\n"), 0o644); err != nil {
+				return err
+			}
 			<-ctx.Done()
 			fmt.Println("stopping cluster")
 			return nil
@@ -89,6 +100,8 @@ func newUp(stateDir *string) *cobra.Command {
 	cmd.Flags().IntVar(&procNodes, "process-nodes", 3, "NPU nodes whose npu-stack pods run as real processes")
 	cmd.Flags().IntVar(&kwokNodes, "kwok-nodes", 0, "additional KWOK-simulated NPU nodes")
 	cmd.Flags().StringVar(&chip, "chip", "910b", "NPU chip of the nodes")
+	cmd.Flags().IntVar(&registryPort, "registry-port", 5000, "loopback port of the cluster's OCI registry (0: any free port)")
+	cmd.Flags().StringSliceVar(&driverVersions, "driver-versions", []string{"25.3.0", "25.5.0"}, "driver versions whose images (default profile) are copied into the registry at start")
 	return cmd
 }
 

@@ -46,9 +46,9 @@ type Config struct {
 	RESTConfig *rest.Config // API server address and CA for the pods' kubeconfigs
 	Name       string
 	Labels     map[string]string
-	// BinDir holds the freshly built npu-hooks, npu-rebooter and
-	// npu-healthwatch.
-	BinDir string
+	// ImageDir caches the executables taken from pulled images; nodes may
+	// share it.
+	ImageDir string
 	// Dir holds the node's simulated host and its pods' files and logs.
 	Dir  string
 	Host simhost.Spec
@@ -63,6 +63,7 @@ type Node struct {
 	cancel context.CancelFunc
 	done   chan struct{}
 	pods   map[string]*podRun // owned by the worker goroutine
+	images *images
 
 	statusMu sync.Mutex
 	ready    bool
@@ -86,12 +87,13 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		return nil, fmt.Errorf("node %s: %w", cfg.Name, err)
 	}
 	n := &Node{
-		cfg:   cfg,
-		host:  h,
-		queue: workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]()),
-		pods:  map[string]*podRun{},
-		done:  make(chan struct{}),
-		ready: true,
+		cfg:    cfg,
+		host:   h,
+		queue:  workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]()),
+		pods:   map[string]*podRun{},
+		images: &images{client: cfg.Client, arch: nodeArch(cfg.Labels), dir: cfg.ImageDir, cache: map[string]pulled{}},
+		done:   make(chan struct{}),
+		ready:  true,
 	}
 	port, closeAPI, err := n.serveKubeletAPI()
 	if err != nil {
@@ -157,6 +159,15 @@ func (n *Node) Stop() {
 	for _, r := range n.pods {
 		r.kill(0)
 	}
+}
+
+// nodeArch is the architecture the node reports (kubernetes.io/arch): the
+// platform its images must offer. Default amd64, this machine's.
+func nodeArch(labels map[string]string) string {
+	if a := labels[corev1.LabelArchStable]; a != "" {
+		return a
+	}
+	return "amd64"
 }
 
 func (n *Node) register(ctx context.Context, kubeletPort int) error {

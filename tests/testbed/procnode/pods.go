@@ -44,6 +44,9 @@ type ctr struct {
 	// readiness is the readiness probe's verdict for the current process;
 	// nil when the container has no probe this node runs.
 	readiness *readiness
+	// pullFailures counts failed pulls in a row: the first shows
+	// ErrImagePull, the next ImagePullBackOff, as on a kubelet.
+	pullFailures int
 }
 
 // podRun is a pod as this node runs it.
@@ -242,12 +245,15 @@ func (n *Node) startCtr(ctx context.Context, key string, pod *corev1.Pod, r *pod
 		c.waiting = &corev1.ContainerStateWaiting{Reason: reason, Message: err.Error()}
 		n.queue.AddAfter(key, time.Second)
 	}
+	if !n.pullImage(ctx, key, pod, r, c) {
+		return
+	}
 	env, order, err := containerEnv(ctx, n.cfg.Client, pod, &c.spec)
 	if err != nil {
 		fail("CreateContainerConfigError", err)
 		return
 	}
-	args, err := argv(n.cfg.BinDir, &c.spec, env)
+	args, err := argv(r.binDir(), &c.spec, env)
 	if err != nil {
 		fail("CreateContainerError", err)
 		return
@@ -276,13 +282,57 @@ func (n *Node) startCtr(ctx context.Context, key string, pod *corev1.Pod, r *pod
 		return
 	}
 	c.proc, c.running = p, true
-	if probe := probeArgv(n.cfg.BinDir, c.spec.ReadinessProbe, env); probe != nil {
+	if probe := probeArgv(r.binDir(), c.spec.ReadinessProbe, env); probe != nil {
 		n.startReadinessProbe(key, c, p, probe, procEnv, r.dir)
 	}
 	go func() {
 		<-p.done
 		n.queue.Add(key)
 	}()
+}
+
+// pullImage pulls c's image as the kubelet does before creating the
+// container; on failure the container waits in ErrImagePull, then
+// ImagePullBackOff, with the registry's message, and is retried with the
+// kubelet's back-off. Our executable in the image is put where the pod's
+// containers and probes find it (the driver container runs the
+// npu-healthwatch its init container's image brought).
+func (n *Node) pullImage(ctx context.Context, key string, pod *corev1.Pod, r *podRun, c *ctr) bool {
+	p, err := n.images.pull(ctx, pod, &c.spec)
+	if err == nil && p.binary != "" {
+		err = r.link(p.binary)
+	}
+	if err != nil {
+		c.pullFailures++
+		c.backoff = min(max(2*c.backoff, 250*time.Millisecond), maxBackoff)
+		c.waiting = &corev1.ContainerStateWaiting{Reason: "ErrImagePull", Message: err.Error()}
+		if c.pullFailures > 1 {
+			c.waiting = &corev1.ContainerStateWaiting{Reason: "ImagePullBackOff", Message: fmt.Sprintf("Back-off pulling image %q: ErrImagePull: %v", c.spec.Image, err)}
+		}
+		n.queue.AddAfter(key, c.backoff)
+		return false
+	}
+	c.pullFailures = 0
+	return true
+}
+
+func (r *podRun) binDir() string { return filepath.Join(r.dir, "bin") }
+
+// link makes an executable taken from one of the pod's images available
+// to the pod's containers under its own name.
+func (r *podRun) link(binary string) error {
+	dst := filepath.Join(r.binDir(), filepath.Base(binary))
+	if target, err := os.Readlink(dst); err == nil && target == binary {
+		return nil
+	}
+	if err := os.MkdirAll(r.binDir(), 0o755); err != nil {
+		return fmt.Errorf("pod bin dir: %w", err)
+	}
+	_ = os.Remove(dst)
+	if err := os.Symlink(binary, dst); err != nil {
+		return fmt.Errorf("link %s: %w", binary, err)
+	}
+	return nil
 }
 
 // podKubeconfig gives the pod's processes the identity the pod would have
