@@ -13,7 +13,7 @@ export NPU_STACK_CP_DIR := $(CP_DIR)
 # sequential on small machines.
 TEST_FLAGS ?= -count=1 -p 1 -timeout 30m
 
-.PHONY: all build test unit fuzz bench lint controlplane demo cluster cluster-down clean help
+.PHONY: all build test unit fuzz bench lint controlplane demo cluster cluster-down clean help images chart
 
 all: build
 
@@ -26,6 +26,33 @@ help: ## list the targets
 # no libc: 1 to 1.5 MiB less resident memory each.
 build: ## build the three binaries into bin/ (BIN_DIR)
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN_DIR)/ $(addprefix ./cmd/,$(BINARIES))
+
+# Release artifacts (DESIGN.md §2), no Docker daemon: `make images` builds
+# the three binaries per platform, exactly as `make build` does, then one
+# multi-arch OCI image per binary; `make chart` packages the chart. Both are
+# reproducible (-trimpath, fixed timestamps): the same commit and VERSION give
+# the same digests. REGISTRY=host[:port]/path pushes (credentials from
+# ~/.docker/config.json or Helm's registry login; PLAIN_HTTP=1 for a registry
+# without TLS, implied for localhost/127.0.0.1); without it, OCI layouts land
+# in IMAGES_OUT and the .tgz in CHART_OUT.
+REGISTRY ?=
+PLAIN_HTTP ?=
+RELEASE_DIR ?= .cache/release
+IMAGES_OUT ?= .cache/images
+CHART_OUT ?= .cache/chart
+RELEASE_ARCHES := amd64 arm64
+REVISION ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
+SOURCE_URL := https://github.com/openfuyao/npu-stack
+RELEASE_FLAGS = --version $(VERSION) $(if $(REGISTRY),--registry $(REGISTRY)) $(if $(PLAIN_HTTP),--plain-http)
+
+images: ## build linux/amd64+arm64 binaries and their OCI images; push to REGISTRY=host[:port]/path, else OCI layouts in .cache/images
+	for arch in $(RELEASE_ARCHES); do \
+		CGO_ENABLED=0 GOOS=linux GOARCH=$$arch $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(RELEASE_DIR)/bin/$$arch/ $(addprefix ./cmd/,$(BINARIES)) || exit 1; \
+	done
+	$(GO) run ./tools/npu-release images --bin-dir $(RELEASE_DIR)/bin --revision $(REVISION) --source $(SOURCE_URL) --out $(IMAGES_OUT) $(RELEASE_FLAGS)
+
+chart: ## package the chart reproducibly into .cache/chart/ (version = VERSION); push to oci://REGISTRY when set
+	$(GO) run ./tools/npu-release chart --chart charts/npu-stack --out $(CHART_OUT) $(RELEASE_FLAGS)
 
 demo: controlplane ## the main job: install, manual upgrade, chip self-healing and rollback on a local cluster (DEMO_NODES, default 6)
 	$(GO) run ./tests/cmd/npu-demo

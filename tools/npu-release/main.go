@@ -1,0 +1,115 @@
+// Command npu-release builds npu-stack's release artifacts without a Docker
+// daemon: the multi-arch OCI image of each binary and the OCI chart, both
+// reproducible, pushed to a registry or written under .cache (make images,
+// make chart). Every output line is "<name> <reference or path> <digest>".
+package main
+
+import (
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"maps"
+	"os"
+	"path"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/google/go-containerregistry/pkg/authn"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/spf13/cobra"
+
+	"github.com/openfuyao/npu-stack/internal/chartpkg"
+	"github.com/openfuyao/npu-stack/internal/ociimage"
+)
+
+// users is each image's uid:gid: npu-rebooter asks the host's systemd for
+// reboots and must be root; the others need no privilege.
+var users = map[string]string{"npu-hooks": "65532:65532", "npu-rebooter": "0:0", "npu-healthwatch": "65532:65532"}
+
+func main() {
+	var opt ociimage.Options
+	var binDir, registry, out, chartDir string
+	var plainHTTP bool
+	var platforms []string
+	root := &cobra.Command{Use: "npu-release", Short: "build and push npu-stack's OCI images and chart", SilenceUsage: true}
+	images := &cobra.Command{
+		Use:   "images",
+		Short: "build one multi-arch image per binary from <bin-dir>/<arch>/<name>; push them or write OCI layouts",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			for _, name := range slices.Sorted(maps.Keys(users)) {
+				bins := map[string]string{}
+				for _, p := range platforms {
+					bins[p] = filepath.Join(binDir, path.Base(p), name) // linux/arm64 → <bin-dir>/arm64/<name>
+				}
+				o := opt
+				o.Name, o.User = name, users[name]
+				idx, err := ociimage.Build(bins, o)
+				if err != nil {
+					return err
+				}
+				where, push := filepath.Join(out, name), ociimage.Push
+				if plainHTTP {
+					push = ociimage.PushPlainHTTP
+				}
+				if registry == "" {
+					err = ociimage.WriteLayout(out, map[string]v1.ImageIndex{name: idx})
+				} else {
+					where = strings.TrimSuffix(registry, "/") + "/" + name + ":" + opt.Version
+					err = push(cmd.Context(), where, idx, remote.WithAuthFromKeychain(authn.DefaultKeychain))
+				}
+				d, derr := idx.Digest()
+				if err = errors.Join(err, derr); err != nil {
+					return err
+				}
+				fmt.Printf("%s %s %s\n", name, where, d)
+			}
+			return nil
+		},
+	}
+	f := images.Flags()
+	f.StringVar(&binDir, "bin-dir", ".cache/release/bin", "directory holding <arch>/<binary> for every platform")
+	f.StringVar(&opt.Revision, "revision", "", "git commit (org.opencontainers.image.revision)")
+	f.StringVar(&opt.Source, "source", "https://github.com/openfuyao/npu-stack", "source repository URL (org.opencontainers.image.source)")
+	f.StringSliceVar(&platforms, "platforms", []string{"linux/amd64", "linux/arm64"}, "platforms of every image")
+	f.StringVar(&out, "out", ".cache/images", "without --registry: write one OCI image layout per image under this directory")
+
+	chart := &cobra.Command{
+		Use:   "chart",
+		Short: "package the chart reproducibly (version from --version); push it to oci://<registry> with --registry",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			tgz, err := chartpkg.Package(chartDir, opt.Version, out)
+			if err != nil {
+				return err
+			}
+			data, err := os.ReadFile(tgz)
+			if err != nil {
+				return err
+			}
+			fmt.Printf("npu-stack %s sha256:%x\n", tgz, sha256.Sum256(data))
+			if registry == "" {
+				return nil
+			}
+			ref, digest, err := chartpkg.Push(cmd.Context(), tgz, "oci://"+registry, chartpkg.PushOptions{PlainHTTP: plainHTTP})
+			if err != nil {
+				return err
+			}
+			fmt.Printf("npu-stack %s %s\n", ref, digest)
+			return nil
+		},
+	}
+	chart.Flags().StringVar(&chartDir, "chart", "charts/npu-stack", "chart directory")
+	chart.Flags().StringVar(&out, "out", ".cache/chart", "directory of the packaged .tgz")
+
+	for _, c := range []*cobra.Command{images, chart} {
+		c.Flags().StringVar(&opt.Version, "version", "", "build version: image tag, chart appVersion, chart version after SemVer cleanup (required)")
+		c.Flags().StringVar(&registry, "registry", "", "host[:port]/path to push to; empty: write under --out only")
+		c.Flags().BoolVar(&plainHTTP, "plain-http", false, "the registry speaks HTTP, not HTTPS (implied for localhost and 127.0.0.1)")
+		_ = c.MarkFlagRequired("version")
+		root.AddCommand(c)
+	}
+	if err := root.Execute(); err != nil {
+		os.Exit(1)
+	}
+}
