@@ -129,7 +129,7 @@ func TestDefaultsRenderTheWholeStack(t *testing.T) {
 	if driver == nil || watch == nil {
 		t.Fatalf("driver pod containers %v, want driver and watch", slices.Collect(maps.Keys(cs)))
 	}
-	if img := driver["image"]; img != "swr.cn-south-1.myhuaweicloud.com/ascendhub/npu-driver:25.3.0-910b-5.15.0-105-generic-ubuntu22.04" {
+	if img := driver["image"]; img != "docker.io/alaudadockerhub/ascend-driver:25.5.0-910b-5.15.0-105-generic-ubuntu22.04" {
 		t.Errorf("driver image %v", img)
 	}
 	cmd := strs(driver["command"])
@@ -138,7 +138,7 @@ func TestDefaultsRenderTheWholeStack(t *testing.T) {
 		!reflect.DeepEqual(cmd[sep+1:], []string{"/usr/local/Ascend/install.sh", "--full", "--quiet", "--install-for-all"}) {
 		t.Errorf("driver command %q: want npu-healthwatch driver-entry ... -- <install command>", cmd)
 	}
-	if !hasArg(cmd, "--driver-version=25.3.0") {
+	if !hasArg(cmd, "--driver-version=25.5.0") {
 		t.Errorf("driver-entry lacks the desired version: %q", cmd)
 	}
 	if p := driver["readinessProbe"].(map[string]any)["exec"].(map[string]any)["command"]; !slices.Contains(strs(p), "validate") {
@@ -153,7 +153,7 @@ func TestDefaultsRenderTheWholeStack(t *testing.T) {
 
 	dp := r.find("DaemonSet", "npu-stack-device-plugin")
 	inits := containers(t, dp, "initContainers")
-	if gate := strs(inits["wait-for-driver"]["args"]); gate[0] != "validate" || !hasArg(gate, "--wait") || hasArg(gate, "--driver-version=25.3.0") {
+	if gate := strs(inits["wait-for-driver"]["args"]); gate[0] != "validate" || !hasArg(gate, "--wait") || hasArg(gate, "--driver-version=25.5.0") {
 		t.Errorf("device plugin gate args %q", gate)
 	}
 	if cdi := strs(inits["cdi-generate"]["args"]); !reflect.DeepEqual(cdi[:3], []string{"cdi", "generate", "--kind=huawei.com/npu"}) {
@@ -211,7 +211,7 @@ func TestHooksWeightsAndDeletePolicies(t *testing.T) {
 		}
 	}
 	if got := strs(podSpec(t, pre)["containers"].([]any)[0].(map[string]any)["args"]); got[0] != "preflight" ||
-		!hasArg(got, `--profile={"chip":"910b","image":"swr.cn-south-1.myhuaweicloud.com/ascendhub/npu-driver:25.3.0-910b-5.15.0-105-generic-ubuntu22.04","kernel":"5.15.0-105-generic","name":"910b","nodeSelector":{},"os":"ubuntu22.04"}`) {
+		!hasArg(got, `--profile={"chip":"910b","image":"docker.io/alaudadockerhub/ascend-driver:25.5.0-910b-5.15.0-105-generic-ubuntu22.04","kernel":"5.15.0-105-generic","name":"910b","nodeSelector":{},"os":"ubuntu22.04"}`) {
 		t.Errorf("preflight args %q", got)
 	}
 	roll := r.find("Job", "npu-stack-rollout")
@@ -340,7 +340,7 @@ func TestVariants(t *testing.T) {
 			t.Errorf("310p profile selector %v", sb)
 		}
 		img := containers(t, b, "containers")["driver"]["image"].(string)
-		if !strings.HasSuffix(img, ":25.3.0-310p-5.15.0-105-generic-ubuntu22.04") {
+		if !strings.HasSuffix(img, ":25.5.0-310p-5.15.0-105-generic-ubuntu22.04") {
 			t.Errorf("310p driver image %s", img)
 		}
 		if reflect.DeepEqual(nested[map[string]any](t, a, "spec", "selector"), nested[map[string]any](t, b, "spec", "selector")) {
@@ -378,7 +378,7 @@ func TestVariants(t *testing.T) {
 		if !strings.HasPrefix(base, "npu-stack-rollout-") || len(base) <= len("npu-stack-rollout-") {
 			t.Fatalf("job-mode rollout name %q has no hash", base)
 		}
-		if other := jobName(map[string]any{"driver": map[string]any{"version": "25.5.0"}}); other == base {
+		if other := jobName(map[string]any{"driver": map[string]any{"version": "25.6.0"}}); other == base {
 			t.Error("a new driver version keeps the job-mode rollout name")
 		}
 		if same := jobName(map[string]any{"devicePlugin": map[string]any{"image": map[string]any{"repository": "x/plugin", "tag": "v7"}}}); same != base {
@@ -440,7 +440,7 @@ func TestNonDriverChangeLeavesDriverDaemonSetUntouched(t *testing.T) {
 	if !reflect.DeepEqual(a, b) {
 		t.Error("a chart change that leaves the driver alone changed the driver pod template")
 	}
-	upgraded := mustRender(t, variant{name: "upgrade", vals: map[string]any{"driver": map[string]any{"version": "25.5.0"}}})
+	upgraded := mustRender(t, variant{name: "upgrade", vals: map[string]any{"driver": map[string]any{"version": "25.6.0"}}})
 	if reflect.DeepEqual(a, nested[map[string]any](t, upgraded.find("DaemonSet", "npu-stack-driver-910b"), "spec", "template")) {
 		t.Error("a driver version change left the driver pod template as it was")
 	}
