@@ -32,6 +32,11 @@ const (
 	AnnotationRefName = "org.opencontainers.image.ref.name"
 )
 
+// Users is each npu-stack image's uid:gid: npu-rebooter asks the host's
+// systemd for reboots over D-Bus, which serves root; the others need no
+// privilege. make images and the test bed both take it from here.
+var Users = map[string]string{"npu-hooks": "65532:65532", "npu-rebooter": "0:0", "npu-healthwatch": "65532:65532"}
+
 // Options describe the image of one binary.
 type Options struct {
 	// Name is the binary's name: the image holds /usr/local/bin/<Name>.

@@ -58,14 +58,10 @@ func Publish(ctx context.Context, reg *Registry, version, amd64Dir, arm64Dir, wo
 	push := []remote.Option{remote.WithContext(ctx), remote.WithAuthFromKeychain(reg.Keychain())}
 	created := time.Unix(0, 0).UTC()
 	for _, bin := range productBinaries {
-		user := "65532:65532"
-		if bin == "npu-rebooter" {
-			user = "0:0" // talks to the host's systemd, which serves root
-		}
 		idx, err := ociimage.Build(map[string]string{
 			"linux/amd64": filepath.Join(amd64Dir, bin),
 			"linux/arm64": filepath.Join(arm64Dir, bin),
-		}, ociimage.Options{Name: bin, Version: version, Revision: version, Source: imageSource, User: user, Created: created})
+		}, ociimage.Options{Name: bin, Version: version, Revision: gitOutput("rev-parse", "HEAD"), Source: imageSource, User: ociimage.Users[bin], Created: created})
 		if err != nil {
 			return nil, fmt.Errorf("image %s: %w", bin, err)
 		}
@@ -109,17 +105,26 @@ var productBinaries = []string{"npu-hooks", "npu-rebooter", "npu-healthwatch"}
 
 // BuildVersion is the version `make` stamps on this checkout's binaries.
 func BuildVersion() string {
+	if v := gitOutput("describe", "--tags", "--always", "--dirty"); v != "unknown" {
+		return v
+	}
+	return "dev"
+}
+
+// gitOutput is what git prints for args in this checkout, as the
+// Makefile's $(shell git ...) reads it; "unknown" when git cannot tell.
+func gitOutput(args ...string) string {
 	root, err := RepoRoot()
 	if err != nil {
-		return "dev"
+		return "unknown"
 	}
-	cmd := exec.Command("git", "describe", "--tags", "--always", "--dirty")
+	cmd := exec.Command("git", args...)
 	cmd.Dir = root
 	out, err := cmd.Output()
 	if v := strings.TrimSpace(string(out)); err == nil && v != "" {
 		return v
 	}
-	return "dev"
+	return "unknown"
 }
 
 // buildProductArch compiles the binaries for linux/arch into dir with

@@ -24,10 +24,6 @@ import (
 	"github.com/openfuyao/npu-stack/internal/ociimage"
 )
 
-// users is each image's uid:gid: npu-rebooter asks the host's systemd for
-// reboots and must be root; the others need no privilege.
-var users = map[string]string{"npu-hooks": "65532:65532", "npu-rebooter": "0:0", "npu-healthwatch": "65532:65532"}
-
 func main() {
 	var opt ociimage.Options
 	var binDir, registry, out, chartDir string
@@ -38,13 +34,13 @@ func main() {
 		Use:   "images",
 		Short: "build one multi-arch image per binary from <bin-dir>/<arch>/<name>; push them or write OCI layouts",
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			for _, name := range slices.Sorted(maps.Keys(users)) {
+			for _, name := range slices.Sorted(maps.Keys(ociimage.Users)) {
 				bins := map[string]string{}
 				for _, p := range platforms {
 					bins[p] = filepath.Join(binDir, path.Base(p), name) // linux/arm64 → <bin-dir>/arm64/<name>
 				}
 				o := opt
-				o.Name, o.User = name, users[name]
+				o.Name, o.User = name, ociimage.Users[name]
 				idx, err := ociimage.Build(bins, o)
 				if err != nil {
 					return err
