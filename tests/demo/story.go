@@ -61,7 +61,11 @@ func (s *Story) Run(ctx context.Context) error {
 	defer stop()
 	h := s.Env.Helm(s.Namespace)
 
-	s.title("1/4 install: helm install %s charts/npu-stack --set driver.version=%s", s.Release, v1)
+	chart := "charts/npu-stack"
+	if p := s.Env.Product; p != nil {
+		chart = p.ChartRef() + " --version " + p.ChartVersion + " --set imageRegistry=" + p.Registry
+	}
+	s.title("1/4 install: helm install %s %s --set driver.version=%s", s.Release, chart, v1)
 	if _, err := h.Install(ctx, s.Release, Values(v1), testbed.InstallOptions{Timeout: 10 * time.Minute}); err != nil {
 		return err
 	}
@@ -69,7 +73,7 @@ func (s *Story) Run(ctx context.Context) error {
 		return err
 	}
 
-	s.title("2/4 upgrade in manual mode: helm upgrade %s charts/npu-stack --set driver.version=%s", s.Release, v2)
+	s.title("2/4 upgrade in manual mode: helm upgrade %s %s --set driver.version=%s", s.Release, chart, v2)
 	upErr := make(chan error, 1)
 	go func() {
 		_, err := h.Upgrade(ctx, s.Release, Values(v2), testbed.InstallOptions{Timeout: 10 * time.Minute})
