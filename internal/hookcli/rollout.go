@@ -94,7 +94,7 @@ func runRollout(ctx context.Context, f *rolloutFlags, log *logrus.Logger, out io
 	}
 	var final rollout.Decision
 	var snap rollout.Snapshot
-	err = rollout.WithLease(ctx, lc, func(ctx context.Context) error {
+	run := func(ctx context.Context) error {
 		log.WithField("lease", f.cluster.namespace+"/"+f.leaseName).Info("holding the rollout lease")
 		c := rollout.NewController(rollout.Config{
 			Client: client, Recorder: rec, Log: log, Keys: cl.keys, Namespace: f.cluster.namespace,
@@ -108,7 +108,16 @@ func runRollout(ctx context.Context, f *rolloutFlags, log *logrus.Logger, out io
 		final, rerr = c.Run(ctx)
 		snap, _ = c.Snapshot()
 		return rerr
-	})
+	}
+	err = rollout.WithLease(ctx, lc, run)
+	// A lease lost to an API server or etcd outage is taken back once the
+	// server answers: every decision is read from the Nodes again, so the
+	// run goes on where it was instead of failing the Job.
+	for errors.Is(err, rollout.ErrLeaseLost) && ctx.Err() == nil {
+		log.WithError(err).Warn("lost the rollout lease (API server unreachable?); taking it back when the server answers")
+		lc.Wait = true
+		err = rollout.WithLease(ctx, lc, run)
+	}
 	switch {
 	case errors.Is(err, rollout.ErrLeaseHeld) && f.resume:
 		log.WithError(err).Info("another rollout is running; nothing to resume")

@@ -14,6 +14,9 @@ import (
 // (Pdeathsig) so a crashed or killed test leaves no stray servers behind.
 type component struct {
 	name    string
+	bin     string
+	args    []string
+	logDir  string
 	cmd     *exec.Cmd
 	logPath string
 	done    chan struct{}
@@ -22,7 +25,8 @@ type component struct {
 
 func startComponent(name, bin string, args []string, logDir string) (*component, error) {
 	logPath := filepath.Join(logDir, name+".log")
-	logFile, err := os.Create(logPath)
+	// Appended: a restarted component keeps its earlier log.
+	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("start %s: %w", name, err)
 	}
@@ -34,7 +38,7 @@ func startComponent(name, bin string, args []string, logDir string) (*component,
 		_ = logFile.Close()
 		return nil, fmt.Errorf("start %s (%s): %w", name, bin, err)
 	}
-	c := &component{name: name, cmd: cmd, logPath: logPath, done: make(chan struct{})}
+	c := &component{name: name, bin: bin, args: args, logDir: logDir, cmd: cmd, logPath: logPath, done: make(chan struct{})}
 	go func() {
 		c.waitErr = cmd.Wait()
 		_ = logFile.Close()

@@ -81,3 +81,8 @@ func JobFinished(j *batchv1.Job) batchv1.JobConditionType {
 	}
 	return ""
 }
+
+// NodesLW lists the nodes matching a label selector.
+func NodesLW(client kubernetes.Interface, selector string) cache.ListerWatcher {
+	return cache.NewFilteredListWatchFromClient(client.CoreV1().RESTClient(), "nodes", "", func(o *metav1.ListOptions) { o.LabelSelector = selector })
+}
