@@ -45,6 +45,12 @@ const (
 // (the tests run npu-hooks themselves). edit adjusts the upgrade policy.
 func newFleet(t *testing.T, n int, edit func(policy, rebooter map[string]any)) *fleet {
 	t.Helper()
+	return newFleetWith(t, n, edit, nil)
+}
+
+// newFleetWith is newFleet with more chart values (top-level keys).
+func newFleetWith(t *testing.T, n int, edit func(policy, rebooter map[string]any), more map[string]any) *fleet {
+	t.Helper()
 	ctx := ctxTimeout(t, 4*time.Minute)
 	ns := namespace(t)
 	nodes, err := env.AddProcessNodes(ctx, n, testbed.NodeSpec{Prefix: "ro", Labels: map[string]string{fleetLabel: ns}, Driver: oldVersion})
@@ -64,6 +70,9 @@ func newFleet(t *testing.T, n int, edit func(policy, rebooter map[string]any)) *
 		"rebooter":        rebooter,
 		"healthWatch":     map[string]any{"probeIntervalSeconds": 5, "probeTimeoutSeconds": 2},
 		"hooks":           map[string]any{"resume": map[string]any{"enabled": false}, "preflight": map[string]any{"enabled": false}},
+	}
+	for k, v := range more {
+		f.vals[k] = v
 	}
 	if _, err := env.Helm(ns).Install(ctx, ns, f.vals, testbed.InstallOptions{DisableHooks: true}); err != nil {
 		t.Fatal(err)

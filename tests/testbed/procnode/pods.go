@@ -2,11 +2,14 @@ package procnode
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
@@ -281,6 +284,8 @@ func (n *Node) startCtr(ctx context.Context, key string, pod *corev1.Pod, r *pod
 		fail("RunContainerError", err)
 		return
 	}
+	// For KillContainer, which must not touch the worker's pod table.
+	_ = os.WriteFile(filepath.Join(r.dir, c.spec.Name+".pid"), []byte(strconv.Itoa(p.cmd.Process.Pid)), 0o644)
 	c.proc, c.running = p, true
 	if probe := probeArgv(r.binDir(), c.spec.ReadinessProbe, env); probe != nil {
 		n.startReadinessProbe(key, c, p, probe, procEnv, r.dir)
@@ -446,6 +451,33 @@ func (n *Node) writeStatus(ctx context.Context, pod *corev1.Pod, r *podRun) erro
 		return fmt.Errorf("pod %s/%s status: %w", pod.Namespace, pod.Name, err)
 	}
 	return nil
+}
+
+// KillContainer SIGKILLs the running process of a container of a pod on
+// this node, as an OOM kill or a crash would; the node restarts it per the
+// pod's restartPolicy.
+func (n *Node) KillContainer(namespace, pod, container string) error {
+	matches, _ := filepath.Glob(filepath.Join(n.cfg.Dir, "pods", namespace+"_"+pod+"_*", container+".pid"))
+	if len(matches) == 0 {
+		return fmt.Errorf("node %s: no process of container %s in pod %s/%s", n.cfg.Name, container, namespace, pod)
+	}
+	var errs []error
+	for _, m := range matches {
+		b, err := os.ReadFile(m)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", m, err))
+			continue
+		}
+		if err := syscall.Kill(-pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
+			errs = append(errs, fmt.Errorf("kill %s/%s %s (pid %d): %w", namespace, pod, container, pid, err))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // Logs returns what a container of a pod on this node printed.
