@@ -102,4 +102,10 @@ const (
 	EventRebootPending EventReason = "RebootPending"
 	// EventRebooting is emitted right before the reboot command.
 	EventRebooting EventReason = "Rebooting"
+	// EventEvictionBlocked: the API server refused an eviction (a
+	// PodDisruptionBudget); the message names the pod and the budget.
+	EventEvictionBlocked EventReason = "EvictionBlocked"
+	// EventApprovalInvalid: approve-reboot has a value other than "true",
+	// which is no approval.
+	EventApprovalInvalid EventReason = "ApprovalInvalid"
 )

@@ -12,6 +12,8 @@ import (
 	"github.com/sirupsen/logrus"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 
 	"github.com/openfuyao/npu-stack/internal/cli"
 	"github.com/openfuyao/npu-stack/internal/rollout"
@@ -104,7 +106,11 @@ func NewStatus(g *cli.GlobalOptions) *cobra.Command {
 				if err != nil {
 					return err
 				}
-				if err := printStatus(cmd.OutOrStdout(), rollout.BuildStatus(s, d, time.Now()), format); err != nil {
+				st, err := withBlockers(ctx, &cf, rollout.BuildStatus(s, d, time.Now()))
+				if err != nil {
+					return err
+				}
+				if err := printStatus(cmd.OutOrStdout(), st, format); err != nil {
 					return err
 				}
 				if !watch || !c.WaitForChange(ctx) {
@@ -118,6 +124,29 @@ func NewStatus(g *cli.GlobalOptions) *cobra.Command {
 	cmd.Flags().StringVarP(&output, "output", "o", "table", "output format: table or json")
 	cmd.Flags().BoolVarP(&watch, "watch", "w", false, "print again on every change (Ctrl-C to stop)")
 	return cmd
+}
+
+// withBlockers asks each node that is not idle for the events in which
+// the rebooter or a refused eviction says why it waits.
+func withBlockers(ctx context.Context, cf *clusterFlags, st rollout.Status) (rollout.Status, error) {
+	client, _, err := cf.client.Client()
+	if err != nil {
+		return st, err
+	}
+	blockers := map[string]string{}
+	for _, r := range st.Nodes {
+		if r.SinceTime().IsZero() && !r.RebootRequired {
+			continue
+		}
+		evs, err := client.CoreV1().Events(metav1.NamespaceAll).List(ctx, metav1.ListOptions{
+			FieldSelector: fields.Set{"involvedObject.kind": "Node", "involvedObject.name": r.Node}.String(),
+		})
+		if err != nil {
+			return st, fmt.Errorf("events of node %s: %w", r.Node, err)
+		}
+		blockers[r.Node] = rollout.Blocker(evs.Items, r.SinceTime())
+	}
+	return rollout.WithBlockers(st, blockers), nil
 }
 
 func printStatus(w io.Writer, st rollout.Status, format outputFormat) error {

@@ -120,6 +120,7 @@ func (w *viewer) view(node *corev1.Node) NodeView {
 		RebootReason:   a[k.rebootReason],
 		RebootStarted:  parseTime(a[k.rebootStarted]),
 		Approved:       a[k.approve] == contract.True,
+		ApprovalValue:  a[k.approve],
 		FailureReason:  a[k.failureReason],
 		FailureStep:    a[k.failureStep],
 		Rerolled:       ParseRerolled(a[k.rerolled]),
@@ -158,10 +159,16 @@ func (w *viewer) view(node *corev1.Node) NodeView {
 		}
 		if owner == "" && v.WaitSelector != nil && !v.WaitSelector.Empty() && v.WaitSelector.Matches(labels.Set(p.Labels)) {
 			n.WaitPods++
+			if len(n.WaitPodNames) < maxNamedPods {
+				n.WaitPodNames = append(n.WaitPodNames, p.Namespace+"/"+p.Name)
+			}
 		}
 	}
 	return n
 }
+
+// maxNamedPods bounds the pods a note names.
+const maxNamedPods = 3
 
 // coveringDriver finds the one driver DaemonSet whose node selector (sels,
 // in the order of drivers) the node matches.

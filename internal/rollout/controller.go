@@ -439,8 +439,18 @@ func (c *Controller) runEvict(ctx context.Context, a Action, log logrus.FieldLog
 		c.mu.Unlock()
 		c.poke()
 	}()
-	out := log.WithField("step", a.Step).WriterLevel(logrus.InfoLevel)
-	defer func() { _ = out.Close() }()
+	logOut := log.WithField("step", a.Step).WriterLevel(logrus.InfoLevel)
+	defer func() { _ = logOut.Close() }()
+	out := newBlockedWriter(logOut, func(pod, why string) {
+		if c.cfg.Recorder == nil {
+			return
+		}
+		if err := c.cfg.Recorder.NodeByName(ctx, c.cfg.Client, a.Node, true, contract.EventEvictionBlocked,
+			"%s of pod %s refused: %s; the rollout retries until the step's timeout (driver.upgradePolicy.%s.timeoutSeconds): scale the workload down or relax its PodDisruptionBudget",
+			a.Step, pod, why, policyKey(a.Evict)); err != nil {
+			log.WithError(err).Warn("cannot record the refused eviction")
+		}
+	})
 	err := evict(ctx, c.cfg.Client, a.Node, a.Evict, c.cfg.Policy, out)
 	if ctx.Err() != nil {
 		return // shutting down: the next run redoes the step
@@ -459,6 +469,14 @@ func (c *Controller) runEvict(ctx context.Context, a Action, log logrus.FieldLog
 	if terr := c.transition(ctx, next, ""); terr != nil {
 		logConflict(log, terr, "after eviction")
 	}
+}
+
+// policyKey is the values key of an eviction step's policy.
+func policyKey(k EvictKind) string {
+	if k == EvictDrain {
+		return "drain"
+	}
+	return "npuPodDeletion"
 }
 
 func (c *Controller) deletePods(ctx context.Context, a Action, log logrus.FieldLogger) error {

@@ -240,9 +240,9 @@ func decideInFlight(b builder, n NodeView, p Policy, s Snapshot, now time.Time) 
 				return []Action{b.transition(n, contract.StatePodDeletionRequired,
 					fmt.Sprintf("waited %s for %d pods to complete; proceeding", t, n.WaitPods))}, "", 0
 			}
-			return nil, fmt.Sprintf("waiting for %d pods to complete", n.WaitPods), t - elapsed
+			return nil, waitPodsNote(n) + fmt.Sprintf(", at most %s more", (t-elapsed).Round(time.Second)), t - elapsed
 		}
-		return nil, fmt.Sprintf("waiting for %d pods to complete", n.WaitPods), 0
+		return nil, waitPodsNote(n) + " (no timeout)", 0
 
 	case contract.StatePodDeletionRequired:
 		next := b.transition(n, contract.StateDrainRequired, "NPU pods removed")
@@ -273,6 +273,15 @@ func decideInFlight(b builder, n NodeView, p Policy, s Snapshot, now time.Time) 
 		return []Action{a}, "", 0
 	}
 	return nil, "", 0
+}
+
+// waitPodsNote names the waitForCompletion pods a node waits for.
+func waitPodsNote(n NodeView) string {
+	names := strings.Join(n.WaitPodNames, ", ")
+	if more := n.WaitPods - len(n.WaitPodNames); more > 0 {
+		names += fmt.Sprintf(" and %d more", more)
+	}
+	return fmt.Sprintf("waiting for %d pods to complete (waitForCompletion): %s", n.WaitPods, names)
 }
 
 func enterReboot(b builder, n NodeView) Action {
@@ -323,9 +332,13 @@ func decideReboot(b builder, n NodeView, p Policy, now time.Time) ([]Action, str
 	}
 	if !rebootStarted(n) {
 		if !p.AutoUpgrade && !n.Approved {
+			if n.ApprovalValue != "" {
+				return nil, fmt.Sprintf("%s=%q is not an approval (only \"true\" is): kubectl annotate node %s %s=true --overwrite",
+					b.k.ApproveReboot(), n.ApprovalValue, n.Name, b.k.ApproveReboot()), 0
+			}
 			return nil, "waiting for approval: kubectl annotate node " + n.Name + " " + b.k.ApproveReboot() + "=true", 0
 		}
-		return nil, "waiting for the rebooter (reboot slot, uptime guard)", 0
+		return nil, "waiting for the rebooter (its RebootPending and RebootRefused events on the node say why)", 0
 	}
 	left := p.RebootTimeout - now.Sub(n.RebootStarted)
 	if p.RebootTimeout > 0 && left <= 0 {

@@ -508,3 +508,33 @@ func sn(s contract.UpgradeState) string {
 	}
 	return string(s)
 }
+
+// TestWaitingNotesNameTheBlocker: a waiting node's note names what it
+// waits for and the fix, never a generic guess.
+func TestWaitingNotesNameTheBlocker(t *testing.T) {
+	sel := labels.SelectorFromSet(labels.Set{"job": "train"})
+	waitPol := policy(func(p *Policy) { p.WaitForCompletion = WaitPolicy{Selector: sel, Timeout: 5 * time.Minute} })
+	fourPods := func(n *NodeView) {
+		n.WaitPods, n.WaitPodNames = 4, []string{"ml/train-0", "ml/train-1", "ml/train-2"}
+	}
+	for name, tc := range map[string]struct {
+		p     Policy
+		n     NodeView
+		wants []string
+	}{
+		"approval missing": {policy(), nv("a", rebooting), []string{"waiting for approval", "kubectl annotate node a npu.openfuyao.com/approve-reboot=true"}},
+		"approval with another value": {policy(), nv("a", rebooting, func(n *NodeView) { n.ApprovalValue = "yes" }),
+			[]string{`npu.openfuyao.com/approve-reboot="yes" is not an approval`, `only "true"`, "kubectl annotate node a npu.openfuyao.com/approve-reboot=true --overwrite"}},
+		"waitForCompletion pods": {waitPol, nv("a", in(contract.StateWaitForJobsRequired), fourPods),
+			[]string{"4 pods", "ml/train-0, ml/train-1, ml/train-2 and 1 more", "waitForCompletion", "at most 4m0s more"}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			got := decide(tc.p, tc.n).Waiting["a"]
+			for _, w := range tc.wants {
+				if !strings.Contains(got, w) {
+					t.Errorf("note %q must contain %q", got, w)
+				}
+			}
+		})
+	}
+}

@@ -21,7 +21,15 @@ type StatusRow struct {
 	Cordoned       bool   `json:"cordoned"`
 	Since          string `json:"since,omitempty"`
 	Note           string `json:"note,omitempty"`
+	// Blocker is the newest event in which another actor says why the
+	// node waits (the rebooter, a refused eviction), with its fix.
+	Blocker string `json:"blocker,omitempty"`
+	// sinceTime is when the node entered its state (for Blocker).
+	sinceTime time.Time
 }
+
+// SinceTime is when the node entered its current state; zero when idle.
+func (r StatusRow) SinceTime() time.Time { return r.sinceTime }
 
 // Status is the whole `npu-hooks status` report.
 type Status struct {
@@ -48,6 +56,7 @@ func BuildStatus(s Snapshot, d Decision, now time.Time) Status {
 		}
 		if !n.Since.IsZero() && n.RawState != "" {
 			r.Since = now.Sub(n.Since).Truncate(time.Second).String()
+			r.sinceTime = n.Since
 		}
 		if n.ProfileError != "" {
 			r.Note = n.ProfileError

@@ -54,8 +54,11 @@ type NodeView struct {
 	RebootReason   string
 	RebootStarted  time.Time
 	Approved       bool
-	FailureReason  string
-	FailureStep    string
+	// ApprovalValue is the approve-reboot annotation as written: any
+	// value but "true" is no approval, and the notes say so.
+	ApprovalValue string
+	FailureReason string
+	FailureStep   string
 	// Rerolled maps the UID of each pod deleted for the re-roll to its
 	// target, so a restarted rollout neither deletes twice nor takes an old
 	// pod for the new one.
@@ -64,7 +67,10 @@ type NodeView struct {
 	// Pods on the node.
 	NPUPods  int
 	WaitPods int
-	Driver   *DriverPod
+	// WaitPodNames are the first waitForCompletion pods (namespace/name),
+	// for the note that names what the node waits for.
+	WaitPodNames []string
+	Driver       *DriverPod
 	// TargetPods maps a re-roll target to its pods on this node.
 	TargetPods map[string][]TargetPod
 }
