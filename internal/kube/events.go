@@ -22,7 +22,8 @@ import (
 
 const (
 	// eventWriters write Events in parallel: one at a time would bound a
-	// rollout's first decision (an Event per node) by round trips.
+	// rollout's first decision (an Event per node) by round trips. Two
+	// writers never hold Events about the same object; see Recorder.
 	eventWriters = 4
 	// eventTries per Event on transport errors, as client-go retries.
 	eventTries = 5
@@ -39,6 +40,25 @@ const (
 // Shutdown abandons what is still queued: the last transitions of a
 // finished rollout would be missing. Here the queue is unbounded and
 // Shutdown writes what is pending, within ShutdownGrace.
+//
+// The broadcaster correlates and writes every Event on one goroutine
+// (StartEventWatcher → recordToSink → recordEvent), so a repeat is only
+// correlated once the first copy's create has returned and UpdateState
+// has recorded it. The correlator depends on that order: a repeat becomes
+// a patch that sets an absolute count on the first copy's name. With
+// several writers taking Events off one queue, a repeat could be sent
+// before the first copy existed: its patch found nothing, its fallback
+// create and the first copy's create collided (AlreadyExists, the loser
+// dropped), patches of counts 2 and 3 could land in either order, and a
+// late UpdateState could set the correlator back to an older count — each
+// loses repeats. Falling back from AlreadyExists to a re-read and a patch
+// would mend only the collision, not the reordered absolute counts. So
+// the queue is kept per involved object, and an object's Events are
+// correlated and written by one writer at a time, in the order recorded:
+// every correlation key (the correlator's count, its aggregation and its
+// spam filter) includes the involved object and the source, which is
+// fixed per Recorder, so for each key this is the broadcaster's order,
+// while different objects are still written in parallel.
 type Recorder struct {
 	sink       record.EventSink
 	source     corev1.EventSource
@@ -48,23 +68,39 @@ type Recorder struct {
 	cancel     context.CancelFunc
 	workers    sync.WaitGroup
 
-	mu      sync.Mutex
-	cond    *sync.Cond
-	pending []*corev1.Event
-	closed  bool
+	mu   sync.Mutex
+	cond *sync.Cond
+	// objects holds, per involved object, the Events not yet taken by a
+	// writer; an object is listed from its first pending Event until a
+	// writer finds its queue empty after a write.
+	objects map[corev1.ObjectReference]*objectEvents
+	// ready are the objects with pending Events that no writer holds, in
+	// the order they became ready.
+	ready  []*objectEvents
+	closed bool
+}
+
+// objectEvents are the pending Events about one object, oldest first.
+type objectEvents struct {
+	ref    corev1.ObjectReference
+	events []*corev1.Event
 }
 
 // NewRecorder starts writing Events as component (the event's source).
 // Call Shutdown before the process exits.
 func NewRecorder(client kubernetes.Interface, component string) *Recorder {
+	return newRecorder(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")}, component, clock.RealClock{})
+}
+
+func newRecorder(sink record.EventSink, component string, c clock.Clock) *Recorder {
 	ctx, cancel := context.WithCancel(context.Background())
-	c := clock.RealClock{}
 	r := &Recorder{
-		sink:       &typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")},
+		sink:       sink,
 		source:     corev1.EventSource{Component: component},
 		clock:      c,
 		correlator: record.NewEventCorrelatorWithOptions(record.CorrelatorOptions{Clock: c}),
 		ctx:        ctx, cancel: cancel,
+		objects: map[corev1.ObjectReference]*objectEvents{},
 	}
 	r.cond = sync.NewCond(&r.mu)
 	for range eventWriters {
@@ -95,8 +131,15 @@ func (r *Recorder) Node(node *corev1.Node, warning bool, reason contract.EventRe
 		utilruntime.HandleError(fmt.Errorf("event %s on node %s recorded after shutdown; not written", reason, node.Name))
 		return
 	}
-	r.pending = append(r.pending, ev)
-	r.cond.Signal()
+	q := r.objects[ev.InvolvedObject]
+	if q == nil {
+		// Neither pending nor held by a writer: ready for any writer.
+		q = &objectEvents{ref: ev.InvolvedObject}
+		r.objects[q.ref] = q
+		r.ready = append(r.ready, q)
+		r.cond.Signal()
+	}
+	q.events = append(q.events, ev)
 }
 
 // NodeByName records an event on a node known only by name.
@@ -133,24 +176,39 @@ func (r *Recorder) Shutdown() {
 	r.cancel()
 }
 
-// write takes Events off the queue until it is closed and empty.
+// write takes Events off the queue until it is closed and empty. It holds
+// the object it took until that Event is written, so the object's next
+// Event is correlated against the server's answer to this one.
 func (r *Recorder) write() {
 	defer r.workers.Done()
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	for {
-		r.mu.Lock()
-		for len(r.pending) == 0 && !r.closed {
+		for len(r.ready) == 0 && !r.closed {
 			r.cond.Wait()
 		}
-		if len(r.pending) == 0 {
-			r.mu.Unlock()
+		if len(r.ready) == 0 {
+			// Closed, and every object left is held by a writer, which
+			// writes the rest of that object's Events.
 			return
 		}
-		ev := r.pending[0]
-		r.pending[0] = nil
-		r.pending = r.pending[1:]
+		q := r.ready[0]
+		r.ready[0] = nil
+		r.ready = r.ready[1:]
+		ev := q.events[0]
+		q.events[0] = nil
+		q.events = q.events[1:]
 		r.mu.Unlock()
 		if err := r.record(ev); err != nil {
 			utilruntime.HandleError(err)
+		}
+		r.mu.Lock()
+		if len(q.events) == 0 {
+			delete(r.objects, q.ref)
+		} else {
+			// Behind the other ready objects, so that one object's burst
+			// does not hold a writer while others wait.
+			r.ready = append(r.ready, q)
 		}
 	}
 }
