@@ -357,6 +357,12 @@ func (a *Agent) do(ctx context.Context, node *corev1.Node, act Action, now time.
 		}
 		a.cfg.Log.Info("recovery finished: driver ready, node uncordoned (unless it was cordoned before)")
 		return 0, nil
+	case Settle:
+		change := kube.NodeChange{Annotations: map[string]*string{a.keys.RebootHistory(): kube.Set(act.History.String())}}
+		if _, err := kube.PatchNodeIf(ctx, a.cfg.Client, node.Name, node.ResourceVersion, change); err != nil {
+			return conflictRetry(err, fmt.Errorf("record on node %s what its last reboot achieved: %w", node.Name, err))
+		}
+		return 0, nil
 	}
 	return 0, fmt.Errorf("rebooter on node %s: unknown action %v", node.Name, act.Kind)
 }
@@ -429,7 +435,11 @@ func (a *Agent) cachedLeases() []*coordinationv1.Lease {
 
 func (a *Agent) observe(node *corev1.Node, f Facts, now time.Time) {
 	h, _ := budget.Parse(node.Annotations[a.keys.RebootHistory()])
-	pending := node.Labels[a.keys.RebootRequired()] == contract.True || node.Annotations[a.keys.RebootFromBootID()] != ""
+	inFlight := node.Annotations[a.keys.RebootFromBootID()] != ""
+	pending := node.Labels[a.keys.RebootRequired()] == contract.True || inFlight
+	if !inFlight {
+		h, _ = judge(h, node, a.keys, pending)
+	}
 	a.metrics.observe(pending, contract.RebootReason(node.Annotations[a.keys.RebootReason()]), f.SlotHeld, a.cfg.Policy.Budget.Left(h, now))
 }
 
@@ -505,7 +515,8 @@ func (a *Agent) reboot(ctx context.Context, node *corev1.Node, act Action) (time
 			return 0, err
 		}
 		f.SlotHeld = true // just renewed above
-		if again := Decide(f, a.cfg.Policy, now); again.Kind != Reboot || !again.Record {
+		again := Decide(f, a.cfg.Policy, now)
+		if again.Kind != Reboot || !again.Record {
 			return time.Millisecond, nil // the node changed meanwhile
 		}
 		announced, err := a.announce(ctx, fresh, f, act.Reason, now)
@@ -515,11 +526,11 @@ func (a *Agent) reboot(ctx context.Context, node *corev1.Node, act Action) (time
 		if !announced && now.Before(a.pendingSince.Add(announceGrace+announceVisible)) {
 			return time.Second, nil
 		}
-		h, _ := budget.Parse(fresh.Annotations[a.keys.RebootHistory()])
 		change := kube.NodeChange{Annotations: map[string]*string{
 			a.keys.RebootFromBootID(): kube.Set(f.BootID),
 			a.keys.RebootStartedAt():  kube.Set(now.UTC().Format(time.RFC3339)),
-			a.keys.RebootHistory():    kube.Set(a.cfg.Policy.Budget.Add(h, now).String()),
+			// Earlier reboots judged, this one added with its purpose.
+			a.keys.RebootHistory(): kube.Set(again.History.String()),
 			// The requester may clear reboot-reason before completion.
 			a.keys.RebootStartedReason(): kube.Set(string(act.Reason)),
 		}}

@@ -5,15 +5,18 @@
 //
 // All progress lives on the Node, so the sequence is crash-safe: any step
 // may be killed and rerun from node state alone. The pivot is the
-// RebootFromBootID annotation, written (with the start time, the budget
-// entry and the consumed approval, in one patch) before the reboot command:
-// present with the current boot ID means the reboot was decided and counted
-// and only the command may need repeating; present with another boot ID
-// means it happened.
+// RebootFromBootID annotation, written (with the start time, the history
+// entry with the reboot's purpose and the consumed approval, in one patch)
+// before the reboot command: present with the current boot ID means the
+// reboot was decided and recorded and only the command may need
+// repeating; present with another boot ID means it happened. The loop
+// guard counts only the recorded reboots that did not achieve their
+// purpose (judge.go).
 package reboot
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -89,10 +92,12 @@ const (
 	Complete
 	// Uncordon after a recovery once the driver is ready again.
 	Uncordon
+	// Settle writes History: past reboots judged by what they achieved.
+	Settle
 )
 
 var kindNames = map[Kind]string{Idle: "idle", Wait: "wait", AcquireSlot: "acquire-slot", ReleaseSlot: "release-slot",
-	Cordon: "cordon", Reboot: "reboot", Fail: "fail", Complete: "complete", Uncordon: "uncordon"}
+	Cordon: "cordon", Reboot: "reboot", Fail: "fail", Complete: "complete", Uncordon: "uncordon", Settle: "settle"}
 
 func (k Kind) String() string { return kindNames[k] }
 
@@ -126,6 +131,10 @@ type Action struct {
 	Record          bool // write the bookkeeping (false: already recorded)
 	Drain           bool // evict NPU pods first (recovery)
 	ConsumeApproval bool // remove the approval in the same patch
+	// History is the loop guard's annotation to write: for Reboot with
+	// Record, the judged history with this reboot's entry added; for
+	// Settle, the history with past reboots judged.
+	History budget.History
 }
 
 // Decide picks the next step of the reboot protocol.
@@ -141,10 +150,13 @@ func Decide(f Facts, p Policy, now time.Time) Action {
 	}
 	pending := n.Labels[k.RebootRequired()] == contract.True
 	if !pending {
-		switch {
-		case f.SlotHeld:
+		if f.SlotHeld {
 			return Action{Kind: ReleaseSlot, Why: "no reboot pending"}
-		case n.Annotations[k.RecoveryCordoned()] == contract.True:
+		}
+		if a, ok := settle(n, k); ok {
+			return a
+		}
+		if n.Annotations[k.RecoveryCordoned()] == contract.True {
 			if n.Labels[k.DriverReady()] != contract.True {
 				return Action{Kind: Wait, Cause: CauseDriverReady, Why: fmt.Sprintf("recovery reboot done; node stays cordoned until %s=true", k.DriverReady())}
 			}
@@ -165,12 +177,15 @@ func Decide(f Facts, p Policy, now time.Time) Action {
 	history, err := budget.Parse(n.Annotations[k.RebootHistory()])
 	if err != nil {
 		return wait(Action{Cause: CauseBadHistory, Event: contract.EventRebootRefused, Warning: true,
-			Why: fmt.Sprintf("refusing to reboot node %s: %v; fix or remove it: %s", n.Name, err, resetCommand(n.Name, k))})
+			Why: fmt.Sprintf("refusing to reboot node %s: the loop guard cannot read its history (annotation %s): %v; fix or remove it: %s", n.Name, k.RebootHistory(), err, resetCommand(n.Name, k))})
 	}
-	if p.Budget.Exhausted(history) {
+	// A new reboot is asked for: every earlier one that has not shown by
+	// now that it worked failed.
+	history, _ = judge(history, n, k, true)
+	if loop := p.Budget.Loop(history); loop != nil {
 		return wait(Action{Cause: CauseBudget, Event: contract.EventRebootRefused, Warning: true,
-			Why: fmt.Sprintf("refusing to reboot node %s (reason=%s): loop guard, it was rebooted %d times within %s (last %s); find out why reboots do not fix it, then reset the budget: %s",
-				n.Name, reason, p.Budget.Max, p.Budget.Window, history[len(history)-1].UTC().Format(time.RFC3339), resetCommand(n.Name, k))})
+			Why: fmt.Sprintf("refusing to reboot node %s (reason=%s): loop guard, %d reboots within %s did not achieve their purpose (%s); find out why reboots do not fix it, then reset the loop guard: %s",
+				n.Name, reasonText(reason), len(loop), p.Budget.Window, describeLoop(loop), resetCommand(n.Name, k))})
 	}
 
 	approved := n.Annotations[k.ApproveReboot()] == contract.True
@@ -215,8 +230,30 @@ func Decide(f Facts, p Policy, now time.Time) Action {
 	}
 	// An approval is good for the node's next reboot, whoever authorised
 	// it: spend it now so that it cannot authorise a later one.
+	entry := entryFor(n, k, reason, now)
 	return Action{Kind: Reboot, Reason: reason, Record: true, Drain: reason == contract.ReasonRecovery, ConsumeApproval: approved,
-		Why: fmt.Sprintf("reboot (reason=%s) authorised by %s", reasonText(reason), authority(auto, reason))}
+		History: p.Budget.Record(history, entry),
+		Why:     fmt.Sprintf("reboot (reason=%s, for %s) authorised by %s", reasonText(reason), entry.Purpose(), authority(auto, reason))}
+}
+
+// settle judges the finished reboots of a node with no reboot pending
+// that show by now that they achieved their purpose. An unreadable
+// history is left alone here: the next reboot request is refused with the
+// error and the fix.
+func settle(n *corev1.Node, k contract.Keys) (Action, bool) {
+	h, err := budget.Parse(n.Annotations[k.RebootHistory()])
+	if err != nil {
+		return Action{}, false
+	}
+	h, settled := judge(h, n, k, false)
+	if len(settled) == 0 {
+		return Action{}, false
+	}
+	why := make([]string, len(settled))
+	for i, j := range settled {
+		why[i] = j.String()
+	}
+	return Action{Kind: Settle, History: h, Why: "loop guard: " + strings.Join(why, "; ") + "; a reboot that achieved its purpose does not count"}, true
 }
 
 // decideIssued continues a reboot whose bookkeeping is recorded.

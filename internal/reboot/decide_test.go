@@ -53,10 +53,12 @@ func facts(n *corev1.Node) Facts {
 	return Facts{Node: n, BootID: "boot-1", Uptime: time.Hour, Fleet: Fleet{NPUNodes: 10, Wedged: 1}}
 }
 
+// history is an annotation of original-format entries (times only),
+// mins minutes ago.
 func history(mins ...int) string {
 	var h budget.History
 	for _, m := range mins {
-		h = append(h, now.Add(-time.Duration(m)*time.Minute))
+		h = append(h, budget.Entry{At: now.Add(-time.Duration(m) * time.Minute)})
 	}
 	return h.String()
 }
@@ -204,5 +206,216 @@ func TestDecideReasonCarried(t *testing.T) {
 	f = facts(node(nil, map[string]string{"driver-upgrade.reboot-from-boot-id": "boot-0", "driver-upgrade.reboot-started-reason": "recovery"}))
 	if got := Decide(f, policy(), now); got.Kind != Complete || got.Reason != contract.ReasonRecovery {
 		t.Fatalf("Decide = %v reason %q, want complete with the recorded reason recovery", got.Kind, got.Reason)
+	}
+}
+
+// hist is a history annotation: each entry "M" (original format, M
+// minutes ago) or "M;purpose;outcome".
+func hist(entries ...string) string {
+	parts := make([]string, len(entries))
+	for i, e := range entries {
+		m, rest, _ := strings.Cut(e, ";")
+		var mins int
+		for _, c := range m {
+			mins = mins*10 + int(c-'0')
+		}
+		parts[i] = now.Add(-time.Duration(mins) * time.Minute).Format(time.RFC3339)
+		if rest != "" {
+			parts[i] += ";" + rest
+		}
+	}
+	return strings.Join(parts, ",")
+}
+
+// stamp is the time of an entry M minutes ago, as the annotation has it.
+func stamp(mins int) string { return now.Add(-time.Duration(mins) * time.Minute).Format(time.RFC3339) }
+
+// TestDecideLoopGuard: the loop guard counts only reboots that did not
+// achieve their purpose (an upgrade reboot whose driver version is
+// loaded, a recovery reboot after which the chips probe healthy do not
+// count), judges past reboots when a new one is asked for or when they
+// show success, records each reboot's purpose, and keeps reading the
+// original format. Budget 3 per hour.
+func TestDecideLoopGuard(t *testing.T) {
+	reset := "kubectl annotate node npu-0 npu.openfuyao.com/driver-upgrade.reboot-history-"
+	type tc struct {
+		name    string
+		labels  map[string]string
+		ann     map[string]string
+		slot    bool
+		auto    bool // autoUpgrade and autoRecover
+		want    Kind
+		cause   Cause
+		why     []string
+		history string // act.History.String(), checked when set
+	}
+	upgradeReq := func(target string, more map[string]string) map[string]string {
+		a := map[string]string{"reboot-reason": "upgrade", "driver-upgrade.target-version": target}
+		for k, v := range more {
+			a[k] = v
+		}
+		return a
+	}
+	recoveryReq := func(more map[string]string) map[string]string {
+		a := map[string]string{"reboot-reason": "recovery", "driver-upgrade.recovery-cordoned": "true"}
+		for k, v := range more {
+			a[k] = v
+		}
+		return a
+	}
+	const H = "driver-upgrade.reboot-history"
+	cases := []tc{
+		// Upgrades.
+		{name: "issue 18: upgrade, rollback, upgrade, then a fourth upgrade within the hour",
+			labels: map[string]string{"reboot-required": "true", "driver-version": "25.6.0"},
+			ann:    upgradeReq("25.7.0", map[string]string{H: hist("45;upgrade:25.5.0;ok", "30;upgrade:25.3.0;ok", "15;upgrade:25.6.0;pending")}),
+			slot:   true, auto: true, want: Reboot, why: []string{"for upgrade to driver 25.7.0"},
+			history: hist("45;upgrade:25.5.0;ok", "30;upgrade:25.3.0;ok", "15;upgrade:25.6.0;ok", "0;upgrade:25.7.0;pending")},
+		{name: "successful upgrade reboots do not count",
+			labels: map[string]string{"reboot-required": "true", "driver-version": "25.7.0"},
+			ann:    upgradeReq("25.8.0", map[string]string{H: hist("50;upgrade:25.5.0;ok", "40;upgrade:25.3.0;ok", "30;upgrade:25.6.0;ok", "20;upgrade:25.7.0;ok")}),
+			auto:   true, want: AcquireSlot},
+		{name: "failed upgrade reboots count: the driver never loads its version",
+			labels: map[string]string{"reboot-required": "true", "driver-version": "25.5.0"},
+			ann:    upgradeReq("25.6.0", map[string]string{H: hist("40;upgrade:25.6.0;failed", "20;upgrade:25.6.0;failed", "10;upgrade:25.6.0;pending")}),
+			auto:   true, want: Wait, cause: CauseBudget,
+			why: []string{"refusing to reboot node npu-0 (reason=upgrade)", "3 reboots within 1h0m0s did not achieve their purpose",
+				"upgrade to driver 25.6.0 at " + stamp(10) + " failed", reset}},
+		{name: "two failed upgrade reboots leave one",
+			labels: map[string]string{"reboot-required": "true", "driver-version": "25.5.0"},
+			ann:    upgradeReq("25.6.0", map[string]string{H: hist("40;upgrade:25.5.0;ok", "20;upgrade:25.6.0;failed", "10;upgrade:25.6.0;pending")}),
+			slot:   true, auto: true, want: Reboot,
+			history: hist("40;upgrade:25.5.0;ok", "20;upgrade:25.6.0;failed", "10;upgrade:25.6.0;failed", "0;upgrade:25.6.0;pending")},
+		{name: "failed reboots spread over more than the window are no loop",
+			labels: map[string]string{"reboot-required": "true", "driver-version": "25.5.0"},
+			ann:    upgradeReq("25.6.0", map[string]string{H: hist("130;upgrade:25.6.0;failed", "70;upgrade:25.6.0;failed", "10;upgrade:25.6.0;pending")}),
+			auto:   true, want: AcquireSlot},
+		{name: "an upgrade reboot without a recorded version counts",
+			labels: map[string]string{"reboot-required": "true", "driver-version": "25.5.0"},
+			ann:    map[string]string{"reboot-reason": "upgrade", H: hist("30;upgrade;failed", "20;upgrade;failed", "10;upgrade;pending")},
+			auto:   true, want: Wait, cause: CauseBudget, why: []string{"3 reboots within 1h0m0s", "upgrade at " + stamp(10) + " failed"}},
+
+		// Recoveries.
+		{name: "successful recoveries do not count",
+			labels: map[string]string{"reboot-required": "true", "driver-ready": "false"},
+			ann:    recoveryReq(map[string]string{H: hist("50;recovery;ok", "40;recovery;ok", "30;recovery;ok")}),
+			slot:   true, auto: true, want: Reboot,
+			history: hist("50;recovery;ok", "40;recovery;ok", "30;recovery;ok", "0;recovery;pending")},
+		{name: "sticky wedge: recovery reboots after which the wedge came back count",
+			labels: map[string]string{"reboot-required": "true", "driver-ready": "false"},
+			ann:    recoveryReq(map[string]string{H: hist("40;recovery;failed", "20;recovery;failed", "5;recovery;pending")}),
+			auto:   true, want: Wait, cause: CauseBudget,
+			why: []string{"(reason=recovery)", "3 reboots within 1h0m0s did not achieve their purpose", "recovery at " + stamp(40) + " failed", "recovery at " + stamp(5) + " failed", reset}},
+		{name: "the pending recovery is judged failed by the new recovery request, even with a stale driver-ready=true",
+			labels: map[string]string{"reboot-required": "true", "driver-ready": "true"},
+			ann:    recoveryReq(map[string]string{H: hist("40;recovery;failed", "20;recovery;failed", "5;recovery;pending")}),
+			auto:   true, want: Wait, cause: CauseBudget},
+		{name: "a recovery after which the chips probe healthy is ok when an upgrade is requested next",
+			labels: map[string]string{"reboot-required": "true", "driver-ready": "true", "driver-version": "25.5.0"},
+			ann:    upgradeReq("25.6.0", map[string]string{H: hist("40;recovery;failed", "20;recovery;failed", "5;recovery;pending")}),
+			slot:   true, auto: true, want: Reboot,
+			history: hist("40;recovery;failed", "20;recovery;failed", "5;recovery;ok", "0;upgrade:25.6.0;pending")},
+		{name: "a recovery whose chips never probed healthy fails when an upgrade is requested next",
+			labels: map[string]string{"reboot-required": "true", "driver-ready": "false", "driver-version": "25.5.0"},
+			ann:    upgradeReq("25.6.0", map[string]string{H: hist("40;recovery;failed", "20;recovery;failed", "5;recovery;pending")}),
+			auto:   true, want: Wait, cause: CauseBudget},
+
+		// The original format: times only, every entry counts.
+		{name: "original format: three reboots within the hour refuse",
+			labels: map[string]string{"reboot-required": "true", "driver-version": "25.5.0"},
+			ann:    upgradeReq("25.6.0", map[string]string{H: hist("30", "20", "10")}),
+			auto:   true, want: Wait, cause: CauseBudget, why: []string{"reboot of unrecorded purpose at " + stamp(30), reset}},
+		{name: "original entries count beside new ones that achieved their purpose",
+			labels: map[string]string{"reboot-required": "true", "driver-version": "25.5.0"},
+			ann:    upgradeReq("25.6.0", map[string]string{H: hist("30", "20", "10;upgrade:25.5.0;pending")}),
+			slot:   true, auto: true, want: Reboot,
+			history: hist("30", "20", "10;upgrade:25.5.0;ok", "0;upgrade:25.6.0;pending")},
+		{name: "original entries and a failed new one make a loop",
+			labels: map[string]string{"reboot-required": "true", "driver-version": "25.3.0"},
+			ann:    upgradeReq("25.5.0", map[string]string{H: hist("30", "20", "10;upgrade:25.5.0;pending")}),
+			auto:   true, want: Wait, cause: CauseBudget},
+
+		// Malformed history.
+		{name: "malformed history refuses naming the node and the reset command",
+			labels: map[string]string{"reboot-required": "true"},
+			ann:    upgradeReq("25.6.0", map[string]string{H: hist("30") + ",garbage"}),
+			auto:   true, want: Wait, cause: CauseBadHistory, why: []string{"refusing to reboot node npu-0", `"garbage" is not an RFC 3339 time`, reset}},
+		{name: "malformed outcome refuses naming the node and the reset command",
+			labels: map[string]string{"reboot-required": "true"},
+			ann:    upgradeReq("25.6.0", map[string]string{H: hist("30;upgrade:25.5.0;done")}),
+			auto:   true, want: Wait, cause: CauseBadHistory, why: []string{"refusing to reboot node npu-0", `outcome "done"`, reset}},
+		{name: "malformed history with no reboot pending is left alone",
+			labels: map[string]string{"driver-version": "25.5.0"},
+			ann:    map[string]string{H: "garbage"}, want: Idle},
+
+		// Settling past reboots with no reboot pending.
+		{name: "settle: the upgrade reboot loaded its version",
+			labels: map[string]string{"driver-version": "25.6.0"},
+			ann:    map[string]string{H: hist("30;upgrade:25.5.0;ok", "10;upgrade:25.6.0;pending")},
+			want:   Settle, why: []string{"reboot at " + stamp(10) + " (upgrade to driver 25.6.0) ok: driver 25.6.0 loaded", "does not count"},
+			history: hist("30;upgrade:25.5.0;ok", "10;upgrade:25.6.0;ok")},
+		{name: "settle: not while the old driver is still loaded",
+			labels: map[string]string{"driver-version": "25.5.0"},
+			ann:    map[string]string{H: hist("10;upgrade:25.6.0;pending")}, want: Idle},
+		{name: "settle: the chips probe healthy after a recovery, before the uncordon",
+			labels: map[string]string{"driver-ready": "true"},
+			ann:    map[string]string{"driver-upgrade.recovery-cordoned": "true", H: hist("10;recovery;pending")},
+			want:   Settle, why: []string{"(recovery) ok: the chips probe healthy"},
+			history: hist("10;recovery;ok")},
+		{name: "settle: not while the chips are not ready",
+			labels: map[string]string{"driver-ready": "false"},
+			ann:    map[string]string{"driver-upgrade.recovery-cordoned": "true", H: hist("10;recovery;pending")},
+			want:   Wait, cause: CauseDriverReady},
+		{name: "settle: nothing to judge in the original format",
+			labels: map[string]string{"driver-version": "25.6.0", "driver-ready": "true"},
+			ann:    map[string]string{H: hist("20", "10")}, want: Idle},
+		{name: "settle: not during the reboot",
+			labels: map[string]string{"reboot-required": "true", "driver-version": "25.6.0"},
+			ann:    upgradeReq("25.6.0", map[string]string{"driver-upgrade.reboot-from-boot-id": "boot-1", H: hist("0;upgrade:25.6.0;pending")}),
+			slot:   true, want: Reboot},
+		{name: "settle: a stale slot goes back first",
+			labels: map[string]string{"driver-version": "25.6.0"},
+			ann:    map[string]string{H: hist("10;upgrade:25.6.0;pending")}, slot: true, want: ReleaseSlot},
+
+		// What a reboot records.
+		{name: "record: an upgrade without a target version",
+			labels: map[string]string{"reboot-required": "true"},
+			ann:    map[string]string{"reboot-reason": "upgrade"}, slot: true, auto: true, want: Reboot,
+			history: hist("0;upgrade;pending")},
+		{name: "record: an unusable target version is left out",
+			labels: map[string]string{"reboot-required": "true"},
+			ann:    upgradeReq("25.6.0;ok", nil), slot: true, auto: true, want: Reboot,
+			history: hist("0;upgrade;pending")},
+		{name: "record: a reboot of no reason",
+			labels: map[string]string{"reboot-required": "true"},
+			ann:    map[string]string{"approve-reboot": "true"}, slot: true, want: Reboot,
+			history: hist("0;unspecified;pending")},
+		{name: "record: a reboot of an unknown reason",
+			labels: map[string]string{"reboot-required": "true"},
+			ann:    map[string]string{"reboot-reason": "because, really", "approve-reboot": "true"}, slot: true, want: Reboot,
+			history: hist("0;other;pending")},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			p := policy()
+			p.AutoUpgrade, p.AutoRecover = c.auto, c.auto
+			f := facts(node(c.labels, c.ann))
+			f.SlotHeld = c.slot
+			got := Decide(f, p, now)
+			if got.Kind != c.want || got.Cause != c.cause {
+				t.Fatalf("Decide = %v (%s): %s\nwant %v (%s)", got.Kind, got.Cause, got.Why, c.want, c.cause)
+			}
+			for _, w := range c.why {
+				if !strings.Contains(got.Why, w) {
+					t.Errorf("Why = %q\nwant it to mention %q", got.Why, w)
+				}
+			}
+			if c.history != "" && got.History.String() != c.history {
+				t.Errorf("History = %q\nwant      %q", got.History.String(), c.history)
+			}
+			if c.want == Reboot && got.Record && c.history == "" {
+				t.Errorf("a recorded reboot must be checked for its history entry (got %q)", got.History.String())
+			}
+		})
 	}
 }
