@@ -52,6 +52,7 @@ type runFlags struct {
 	budgetWindow         time.Duration
 	metricsAddr          string
 	hostRoot             string
+	dbusSocket           string
 	issueTimeout, resync time.Duration
 }
 
@@ -81,6 +82,10 @@ func newRun(opts *cli.GlobalOptions) *cobra.Command {
 			if f.maxReboots < 1 || f.budgetWindow <= 0 {
 				return fmt.Errorf("--max-reboots %d / --budget-window %s: both must be positive", f.maxReboots, f.budgetWindow)
 			}
+			method, err := host.ParseRebootMethod(f.method)
+			if err != nil {
+				return fmt.Errorf("--method: %w", err)
+			}
 			client, cfg, err := f.kube.Client()
 			if err != nil {
 				return err
@@ -89,7 +94,9 @@ func newRun(opts *cli.GlobalOptions) *cobra.Command {
 			if err != nil {
 				return fmt.Errorf("create metadata client: %w", err)
 			}
-			var h host.Host = host.NewLinux(f.hostRoot)
+			linux := host.NewLinux(f.hostRoot)
+			linux.DBusSocket = f.dbusSocket
+			var h host.Host = linux
 			if sim, ok := simhost.FromEnv(); ok {
 				h = sim
 			}
@@ -107,7 +114,7 @@ func newRun(opts *cli.GlobalOptions) *cobra.Command {
 					Budget:         budget.Budget{Max: f.maxReboots, Window: f.budgetWindow},
 					IssueTimeout:   f.issueTimeout,
 				},
-				Method:          host.RebootMethod(f.method),
+				Method:          method,
 				NPUNodeSelector: selector,
 				Slots:           f.slots,
 				SlotTTL:         f.slotTTL,
@@ -132,7 +139,8 @@ func newRun(opts *cli.GlobalOptions) *cobra.Command {
 	fs.StringVar(&f.namespace, "namespace", "", "namespace of the reboot-slot Leases (the chart's namespace)")
 	fs.StringVar(&f.domain, "label-domain", contract.DefaultDomain, "domain of the node-contract labels and annotations")
 	fs.StringVar(&f.npuSelector, "npu-node-selector", contract.LabelNPUPresent+"=true", "label selector of the NPU nodes, counted by the storm protection")
-	fs.StringVar(&f.method, "method", string(host.RebootSystemd), "reboot method: systemctl (host systemd via nsenter) or sysrq")
+	fs.StringVar(&f.method, "method", string(host.RebootSystemd), "reboot method: systemd (clean reboot by the host's systemd over D-Bus; systemctl is an alias) or sysrq (immediate kernel reboot)")
+	fs.StringVar(&f.dbusSocket, "dbus-socket", host.DefaultDBusSocket, "the host's D-Bus system bus socket, for --method=systemd")
 	fs.BoolVar(&f.autoUpgrade, "auto-upgrade", false, "reboot for reason upgrade without an approve-reboot annotation")
 	fs.BoolVar(&f.autoRecover, "auto-recover", false, "reboot for reason recovery without an approve-reboot annotation")
 	fs.StringVar(&f.maxWedged, "max-wedged-nodes", "10%", "storm protection: automatic recovery pauses while more NPU nodes than this (count or percentage) wait for a recovery reboot")

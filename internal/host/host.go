@@ -15,19 +15,28 @@ import (
 type RebootMethod string
 
 const (
-	// RebootSystemd runs `systemctl reboot` in the host's namespaces, so
-	// services stop cleanly and filesystems are synced.
-	RebootSystemd RebootMethod = "systemctl"
+	// RebootSystemd asks the host's systemd, over its D-Bus system bus,
+	// to start reboot.target as `systemctl reboot` does, so services stop
+	// cleanly and filesystems are synced.
+	RebootSystemd RebootMethod = "systemd"
 	// RebootSysrq triggers an immediate kernel reboot; for hosts whose
 	// userspace is too wedged for systemd to finish a shutdown.
 	RebootSysrq RebootMethod = "sysrq"
 )
 
-// ParseRebootMethod validates a user-supplied reboot method.
+// rebootSystemctl is the name RebootSystemd had when it ran `systemctl
+// reboot` through nsenter; still accepted so that old --method flags and
+// values keep working.
+const rebootSystemctl = "systemctl"
+
+// ParseRebootMethod validates a user-supplied reboot method and returns its
+// canonical value; "systemctl" is accepted as an alias of RebootSystemd.
 func ParseRebootMethod(s string) (RebootMethod, error) {
 	switch m := RebootMethod(s); m {
 	case RebootSystemd, RebootSysrq:
 		return m, nil
+	case rebootSystemctl:
+		return RebootSystemd, nil
 	default:
 		return "", fmt.Errorf("unknown reboot method %q: use %q or %q", s, RebootSystemd, RebootSysrq)
 	}

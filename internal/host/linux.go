@@ -14,7 +14,8 @@ import (
 )
 
 // Linux is the Host of a real node. The agent runs in a container with the
-// host's root filesystem mounted at Root (hostPID for the reboot).
+// host's root filesystem mounted at Root and, for RebootSystemd, the host's
+// D-Bus system bus socket mounted at DBusSocket.
 type Linux struct {
 	// Root is where the host's / is mounted in this container ("/" when the
 	// agent runs directly on the host).
@@ -24,6 +25,13 @@ type Linux struct {
 	// DriverVersionFile is the version the loaded kernel module reports,
 	// resolved under Root; absent when no driver is loaded.
 	DriverVersionFile string
+	// DBusSocket is the host's D-Bus system bus socket as this process
+	// reaches it (not resolved under Root); RebootSystemd talks to the
+	// host's systemd through it.
+	DBusSocket string
+	// SystemdTimeout bounds a RebootSystemd request: connecting to the bus
+	// and systemd's answer. Zero means DefaultSystemdTimeout.
+	SystemdTimeout time.Duration
 }
 
 // NewLinux returns the Host of the machine this process runs on, with the
@@ -32,7 +40,7 @@ func NewLinux(root string) *Linux {
 	if root == "" {
 		root = "/"
 	}
-	return &Linux{Root: root, NPUSMIPath: "/usr/local/bin/npu-smi", DriverVersionFile: "/sys/module/drv_davinci_host/version"}
+	return &Linux{Root: root, NPUSMIPath: "/usr/local/bin/npu-smi", DriverVersionFile: "/sys/module/drv_davinci_host/version", DBusSocket: DefaultDBusSocket}
 }
 
 func (l *Linux) Path(hostPath string) string { return filepath.Join(l.Root, hostPath) }
@@ -67,12 +75,22 @@ func parseProcUptime(s string) (time.Duration, error) {
 	return time.Duration(secs * float64(time.Second)), nil
 }
 
+// Reboot asks the host to reboot. RebootSystemd (or its alias systemctl)
+// asks the host's systemd over the D-Bus system bus for a clean shutdown,
+// as `systemctl reboot` does; no host binary is run, so the image needs
+// nothing but this program.
 func (l *Linux) Reboot(ctx context.Context, method RebootMethod) error {
-	switch method {
+	m, err := ParseRebootMethod(string(method))
+	if err != nil {
+		return err
+	}
+	switch m {
 	case RebootSystemd:
-		// Enter PID 1's namespaces (the pod runs with hostPID) so systemd
-		// of the host, not of the container, performs the reboot.
-		return l.run(ctx, "nsenter", "--target", "1", "--mount", "--uts", "--ipc", "--net", "--pid", "--", "systemctl", "reboot")
+		socket := l.DBusSocket
+		if socket == "" {
+			socket = DefaultDBusSocket
+		}
+		return systemdReboot(ctx, socket, l.SystemdTimeout)
 	case RebootSysrq:
 		if err := os.WriteFile("/proc/sys/kernel/sysrq", []byte("1"), 0); err != nil {
 			return fmt.Errorf("enable sysrq: %w", err)
@@ -102,18 +120,6 @@ func (l *Linux) NPUSMI(ctx context.Context, args ...string) ([]byte, error) {
 		return nil, fmt.Errorf("run npu-smi: %w", err)
 	}
 	return stdout.Bytes(), nil
-}
-
-func (l *Linux) run(ctx context.Context, name string, args ...string) error {
-	out, err := exec.CommandContext(ctx, name, args...).CombinedOutput()
-	var ee *exec.ExitError
-	if errors.As(err, &ee) {
-		return &ExitError{Command: name + " " + strings.Join(args, " "), Code: ee.ExitCode(), Output: out}
-	}
-	if err != nil {
-		return fmt.Errorf("run %s: %w", name, err)
-	}
-	return nil
 }
 
 func (l *Linux) LoadedDriver(_ context.Context) (string, error) {

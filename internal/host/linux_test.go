@@ -25,12 +25,18 @@ func TestParseProcUptime(t *testing.T) {
 }
 
 func TestParseRebootMethod(t *testing.T) {
-	for _, s := range []string{"systemctl", "sysrq"} {
-		if m, err := ParseRebootMethod(s); err != nil || string(m) != s {
-			t.Errorf("ParseRebootMethod(%q) = %q, %v", s, m, err)
+	for in, want := range map[string]RebootMethod{
+		"systemd":   RebootSystemd,
+		"sysrq":     RebootSysrq,
+		"systemctl": RebootSystemd, // the old name, kept as an alias
+	} {
+		if m, err := ParseRebootMethod(in); err != nil || m != want {
+			t.Errorf("ParseRebootMethod(%q) = %q, %v; want %q", in, m, err, want)
 		}
 	}
-	if _, err := ParseRebootMethod("reboot -f"); err == nil {
-		t.Error("accepted an unknown reboot method")
+	for _, in := range []string{"reboot -f", "", "Systemd"} {
+		if _, err := ParseRebootMethod(in); err == nil {
+			t.Errorf("accepted unknown reboot method %q", in)
+		}
 	}
 }

@@ -164,15 +164,9 @@ func TestDefaultsRenderTheWholeStack(t *testing.T) {
 	}
 
 	rb := r.find("DaemonSet", "npu-stack-rebooter")
-	if podSpec(t, rb)["hostPID"] != true {
-		t.Error("rebooter without hostPID cannot reach the host's systemd")
-	}
-	sc := containers(t, rb, "containers")["rebooter"]["securityContext"].(map[string]any)
-	if sc["privileged"] != false || !reflect.DeepEqual(strs(sc["capabilities"].(map[string]any)["add"]), []string{"SYS_ADMIN", "SYS_PTRACE"}) {
-		t.Errorf("rebooter security context %v: want unprivileged with SYS_ADMIN and SYS_PTRACE only", sc)
-	}
+	checkSystemdRebooter(t, rb)
 	rargs := strs(containers(t, rb, "containers")["rebooter"]["args"])
-	for _, a := range []string{"run", "--node-name=$(NODE_NAME)", "--method=systemctl", "--auto-upgrade=false", "--auto-recover=false", "--uptime-guard=10m", "--slots=1", "--max-reboots=3"} {
+	for _, a := range []string{"run", "--node-name=$(NODE_NAME)", "--method=systemd", "--dbus-socket=/run/dbus/system_bus_socket", "--auto-upgrade=false", "--auto-recover=false", "--uptime-guard=10m", "--slots=1", "--max-reboots=3"} {
 		if !hasArg(rargs, a) {
 			t.Errorf("rebooter args lack %s: %q", a, rargs)
 		}
@@ -182,6 +176,39 @@ func TestDefaultsRenderTheWholeStack(t *testing.T) {
 	}
 	if !strings.Contains(r.notes, "approve-reboot=true") || !strings.Contains(r.notes, "driver-upgrade-state") || !strings.Contains(r.notes, "--timeout") {
 		t.Errorf("NOTES do not tell the next commands:\n%s", r.notes)
+	}
+}
+
+// checkSystemdRebooter asserts the rebooter of method systemd: it reaches
+// the host's systemd through the host's D-Bus system bus socket, mounted
+// read-only at the same path, as root with SYS_ADMIN only (what systemd
+// needs to allow StartUnit without polkit), no hostPID, not privileged.
+func checkSystemdRebooter(t *testing.T, rb *unstructured.Unstructured) {
+	t.Helper()
+	spec := podSpec(t, rb)
+	if _, ok := spec["hostPID"]; ok {
+		t.Errorf("systemd rebooter sets hostPID %v; the D-Bus socket makes it unnecessary", spec["hostPID"])
+	}
+	c := containers(t, rb, "containers")["rebooter"]
+	sc := c["securityContext"].(map[string]any)
+	caps, _ := sc["capabilities"].(map[string]any)
+	if sc["privileged"] != false || sc["allowPrivilegeEscalation"] != false || sc["readOnlyRootFilesystem"] != true ||
+		fmt.Sprint(sc["runAsUser"]) != "0" ||
+		!reflect.DeepEqual(strs(caps["drop"]), []string{"ALL"}) || !reflect.DeepEqual(strs(caps["add"]), []string{"SYS_ADMIN"}) {
+		t.Errorf("rebooter security context %v: want root, unprivileged, no privilege escalation, read-only root, capabilities ALL dropped and only SYS_ADMIN added", sc)
+	}
+	vols, _ := spec["volumes"].([]any)
+	mounts, _ := c["volumeMounts"].([]any)
+	if len(vols) != 1 || len(mounts) != 1 {
+		t.Fatalf("rebooter volumes %v, mounts %v: want exactly the host's D-Bus socket", vols, mounts)
+	}
+	vol, mnt := vols[0].(map[string]any), mounts[0].(map[string]any)
+	hp, _ := vol["hostPath"].(map[string]any)
+	if hp["path"] != "/run/dbus/system_bus_socket" || hp["type"] != "Socket" {
+		t.Errorf("rebooter volume %v: want hostPath /run/dbus/system_bus_socket of type Socket", vol)
+	}
+	if mnt["name"] != vol["name"] || mnt["mountPath"] != "/run/dbus/system_bus_socket" || mnt["readOnly"] != true {
+		t.Errorf("rebooter mount %v: want volume %v read-only at /run/dbus/system_bus_socket", mnt, vol["name"])
 	}
 }
 
@@ -398,9 +425,19 @@ func TestVariants(t *testing.T) {
 	})
 	t.Run("sysrq, pull secrets, namespace and reroll targets", func(t *testing.T) {
 		r := mustRender(t, variants()[8])
-		sc := containers(t, r.find("DaemonSet", "npu-stack-rebooter"), "containers")["rebooter"]["securityContext"].(map[string]any)
-		if sc["privileged"] != true {
+		rb := r.find("DaemonSet", "npu-stack-rebooter")
+		c := containers(t, rb, "containers")["rebooter"]
+		if sc := c["securityContext"].(map[string]any); sc["privileged"] != true {
 			t.Error("sysrq needs a privileged rebooter")
+		}
+		if args := strs(c["args"]); !hasArg(args, "--method=sysrq") || slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(a, "--dbus-socket") }) {
+			t.Errorf("sysrq rebooter args %q: want --method=sysrq and no --dbus-socket", args)
+		}
+		if vols, ok := podSpec(t, rb)["volumes"]; ok {
+			t.Errorf("sysrq rebooter mounts %v; it needs no host socket", vols)
+		}
+		if _, ok := podSpec(t, rb)["hostPID"]; ok {
+			t.Error("sysrq rebooter sets hostPID")
 		}
 		if r.find("Namespace", "npu-operator") == nil {
 			t.Error("createNamespace rendered no Namespace")

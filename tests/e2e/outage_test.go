@@ -19,7 +19,9 @@ import (
 func TestRolloutJobSurvivesControllerManagerOutage(t *testing.T) {
 	ctx := ctxTimeout(t, 15*time.Minute)
 	s := newStack(t, "", "", 3, 0)
-	s.policy()["maxParallelUpgrades"] = 1
+	// Manual mode holds the rollout at the first reboot until approved:
+	// the outage then surely falls in the middle of it.
+	s.policy()["autoUpgrade"] = false
 	if _, err := s.helm.Install(ctx, s.release, s.vals, testbed.InstallOptions{}); err != nil {
 		t.Fatalf("helm install: %v", err)
 	}
@@ -30,7 +32,7 @@ func TestRolloutJobSurvivesControllerManagerOutage(t *testing.T) {
 		_, err := s.helm.Upgrade(ctx, s.release, s.vals, testbed.InstallOptions{Timeout: 10 * time.Minute})
 		upgraded <- err
 	}()
-	// The rollout is under way: its pod runs and a node has left up-to-date.
+	// The rollout is under way: its pod runs and a node waits for approval.
 	var rolloutPod *corev1.Pod
 	err := testbed.WaitFor(ctx, testbed.PodsLW(env.Client, s.ns, "app.kubernetes.io/component=rollout"), &corev1.Pod{}, func(ps []*corev1.Pod) (bool, error) {
 		for _, p := range ps {
@@ -41,7 +43,7 @@ func TestRolloutJobSurvivesControllerManagerOutage(t *testing.T) {
 		if rolloutPod == nil {
 			return false, nil
 		}
-		nodes, err := env.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: s.selector() + "," + keys.UpgradeState()})
+		nodes, err := env.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: s.selector() + "," + keys.UpgradeState() + "=reboot-required"})
 		return err == nil && len(nodes.Items) > 0, err
 	})
 	if err != nil {
@@ -70,6 +72,9 @@ func TestRolloutJobSurvivesControllerManagerOutage(t *testing.T) {
 	}
 	if err := env.StartComponent(ctx, "kube-controller-manager"); err != nil {
 		t.Fatal(err)
+	}
+	for _, n := range s.names() {
+		kubectl(ctx, t, "kubectl annotate node "+n+" npu.openfuyao.com/approve-reboot=true")
 	}
 	select {
 	case err := <-upgraded:

@@ -148,7 +148,7 @@ func TestDriverEntryNeverUnloadsAndUpgradesOnReboot(t *testing.T) {
 
 	before, _ := node.Host().BootID()
 	old := f.driverPod(ctx, node, "running", podRunning)
-	if err := node.Host().Reboot(ctx, "systemctl"); err != nil {
+	if err := node.Host().Reboot(ctx, "systemd"); err != nil {
 		t.Fatal(err)
 	}
 	waitNode(ctx, t, node.Name(), "new driver after reboot", func(n *corev1.Node) bool {
@@ -204,7 +204,7 @@ func TestStickyWedgeAskedForAgainAfterTheRequestIsCleared(t *testing.T) {
 
 	// The reboot the rebooter would run; the request stays on the Node.
 	before, _ := node.Host().BootID()
-	if err := node.Host().Reboot(ctx, "systemctl"); err != nil {
+	if err := node.Host().Reboot(ctx, "systemd"); err != nil {
 		t.Fatal(err)
 	}
 	waitNode(ctx, t, node.Name(), "rebooted", func(n *corev1.Node) bool { return n.Status.NodeInfo.BootID != before })

@@ -57,7 +57,7 @@ type State struct {
 	// carried out by the harness.
 	RebootRequest host.RebootMethod `json:"rebootRequest,omitempty"`
 	// RebootFailure, when set, makes Reboot fail with this message, like
-	// a systemctl reboot refused by the host.
+	// a reboot refused by the host's systemd.
 	RebootFailure string `json:"rebootFailure,omitempty"`
 	// Installs counts driver installs, across boots.
 	Installs           int      `json:"installs,omitempty"`
@@ -158,16 +158,19 @@ func (h *Host) Uptime() (time.Duration, error) {
 }
 
 // Reboot records the request; the harness carries it out with
-// CompleteReboot, as the real machine would shortly after systemctl returns.
+// CompleteReboot, as the real machine would shortly after systemd accepted
+// the reboot job. The method is recorded in its canonical form (systemctl
+// is recorded as systemd).
 func (h *Host) Reboot(_ context.Context, method host.RebootMethod) error {
-	if _, err := host.ParseRebootMethod(string(method)); err != nil {
+	m, err := host.ParseRebootMethod(string(method))
+	if err != nil {
 		return err
 	}
 	return h.Update(func(st *State) error {
 		if st.RebootFailure != "" {
-			return fmt.Errorf("simulated host %s: reboot (%s) failed: %s", h.Dir, method, st.RebootFailure)
+			return fmt.Errorf("simulated host %s: reboot (%s) failed: %s", h.Dir, m, st.RebootFailure)
 		}
-		st.RebootRequest = method
+		st.RebootRequest = m
 		return nil
 	})
 }

@@ -158,3 +158,15 @@ func TestDriverCreatesDevicesAndTreeAndRebootRemovesDevices(t *testing.T) {
 		t.Fatal("after reboot: want no device nodes and the driver tree kept")
 	}
 }
+
+func TestRebootAcceptsSystemdAndTheSystemctlAlias(t *testing.T) {
+	for _, m := range []host.RebootMethod{host.RebootSystemd, "systemctl"} {
+		h := newHost(t, Spec{Chip: "910b", ChipCount: 1})
+		if err := h.Reboot(context.Background(), m); err != nil {
+			t.Fatalf("Reboot(%q): %v", m, err)
+		}
+		if st, _ := h.State(); st.RebootRequest != host.RebootSystemd {
+			t.Fatalf("Reboot(%q) recorded request %q; want %q", m, st.RebootRequest, host.RebootSystemd)
+		}
+	}
+}
