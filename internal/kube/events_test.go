@@ -37,7 +37,6 @@ type heldSink struct {
 	inFlight  map[string]int // requests per involved object
 	overlaps  []string
 	created   int // Events about other nodes
-	holding   bool
 	release   chan struct{}
 	released  bool
 	heldTaken bool

@@ -116,16 +116,16 @@ func (r *Registry) waitServing(ctx context.Context) error {
 		if err != nil {
 			return false, err
 		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			last = err
-			return false, nil
+		resp, derr := http.DefaultClient.Do(req)
+		if derr != nil {
+			last = derr
+			return false, nil //nolint:nilerr // not listening yet: poll again
 		}
 		_ = resp.Body.Close()
 		return resp.StatusCode == http.StatusOK || resp.StatusCode == http.StatusUnauthorized, nil
 	})
 	if err != nil {
-		return fmt.Errorf("waiting for the registry on %s: %w (last error: %v)", r.Host, err, last)
+		return fmt.Errorf("waiting for the registry on %s: %w (last error: %w)", r.Host, err, last)
 	}
 	return nil
 }
