@@ -13,32 +13,38 @@ import (
 	"github.com/openfuyao/npu-stack/internal/kube"
 )
 
-// evictRetryDelay is the pause before asking again for an eviction the API
-// server refused.
-const evictRetryDelay = time.Second
-
-// EvictNPUPods evicts the NPU pods of a node through the eviction API
-// (PodDisruptionBudgets honoured, DaemonSet pods left alone) and waits
-// until they are gone or timeout passes. Only NPU pods are touched: the
-// chips are what is broken, the node's other workloads keep running.
+// EvictNPUPods removes the NPU pods of a wedged node before its recovery
+// reboot and waits until they are gone or timeout passes. It uses
+// kubectl's drain library on its delete path (DisableEviction): each pod
+// is deleted with its own grace period, DaemonSet pods are left alone.
+// Only NPU pods are touched: the chips are what is broken, the node's
+// other workloads keep running.
+//
+// Deletion, not the eviction API, for two reasons. PodDisruptionBudgets
+// protect a workload's availability, and these pods have none left to
+// protect: their chips are wedged, so a budget could only hold the
+// recovery (and the slot it holds) hostage. And the rebooter may remove
+// only pods on its own node, which the API server enforces with the
+// chart's ValidatingAdmissionPolicy on pod DELETE (the pod's
+// spec.nodeName must equal the node-name claim of the rebooter's token);
+// an eviction names only the pod, so admission cannot see its node, and
+// the rebooter's role grants pods delete, not pods/eviction.
 //
 // Force and DeleteEmptyDirData are set because the workload cannot use
 // the wedged chips anyway: a pod without a controller or with an emptyDir
-// must not hold the node's recovery hostage.
+// must not hold the node's recovery hostage either.
 func EvictNPUPods(ctx context.Context, client kubernetes.Interface, node string, timeout time.Duration, out io.Writer) error {
 	h := &drain.Helper{
 		Ctx:                 ctx,
 		Client:              client,
+		DisableEviction:     true,
 		Force:               true,
 		GracePeriodSeconds:  -1,
 		IgnoreAllDaemonSets: true,
 		DeleteEmptyDirData:  true,
 		Timeout:             timeout,
-		// Unset, drain retries a refused eviction (a PodDisruptionBudget) at
-		// once, as fast as the client's rate limiter lets it.
-		EvictErrorRetryDelay: evictRetryDelay,
-		Out:                  out,
-		ErrOut:               out,
+		Out:                 out,
+		ErrOut:              out,
 		AdditionalFilters: []drain.PodFilter{func(pod corev1.Pod) drain.PodDeleteStatus {
 			if kube.IsNPUPod(&pod) {
 				return drain.MakePodDeleteStatusOkay()
@@ -47,7 +53,7 @@ func EvictNPUPods(ctx context.Context, client kubernetes.Interface, node string,
 		}},
 	}
 	if err := drain.RunNodeDrain(h, node); err != nil {
-		return fmt.Errorf("evict NPU pods from node %s (a PodDisruptionBudget may forbid it; check `kubectl get pdb -A`): %w", node, err)
+		return fmt.Errorf("delete the NPU pods of node %s before its recovery reboot: %w", node, err)
 	}
 	return nil
 }
