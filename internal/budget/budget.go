@@ -141,7 +141,7 @@ func token(s string) bool {
 		return false
 	}
 	for _, r := range s {
-		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '_' || r == '-') {
+		if !labelValueRune(r) {
 			return false
 		}
 	}
@@ -250,4 +250,9 @@ func (h History) Last() (Entry, bool) {
 		return Entry{}, false
 	}
 	return h[len(h)-1], true
+}
+
+// labelValueRune is a character a label value may hold.
+func labelValueRune(r rune) bool {
+	return r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '_' || r == '-'
 }
