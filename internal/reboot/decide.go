@@ -211,12 +211,21 @@ func Decide(f Facts, p Policy, now time.Time) Action {
 				Why: fmt.Sprintf("automatic recovery paused: %d of %d NPU nodes wait for a recovery reboot, more than --max-wedged-nodes=%s; a fleet-wide fault is not fixed by rebooting the fleet. Approve this node by hand if a reboot helps: %s",
 					f.Fleet.Wedged, f.Fleet.NPUNodes, p.MaxWedgedNodes.String(), approveCommand(n.Name, k))})
 		}
+		if v, set := n.Annotations[k.ApproveReboot()]; set {
+			// A value other than "true" looks like an approval to whoever
+			// wrote it: say loudly that it is none.
+			return wait(Action{Cause: CauseApproval, Event: contract.EventApprovalInvalid, Warning: true,
+				Why: fmt.Sprintf("reboot (reason=%s) waits for approval: %s=%q is not an approval, only \"true\" is: %s --overwrite",
+					reasonText(reason), k.ApproveReboot(), v, approveCommand(n.Name, k))})
+		}
 		return wait(Action{Cause: CauseApproval, Event: contract.EventRebootPending,
 			Why: fmt.Sprintf("reboot (reason=%s) waits for approval: %s", reasonText(reason), approveCommand(n.Name, k))})
 	}
 	if f.Uptime < p.UptimeGuard {
-		return wait(Action{Cause: CauseUptime, Event: contract.EventRebootPending, Until: now.Add(p.UptimeGuard - f.Uptime),
-			Why: fmt.Sprintf("reboot (reason=%s) waits for the uptime guard: up %s, no reboot within %s of boot", reasonText(reason), f.Uptime.Round(time.Second), p.UptimeGuard)})
+		left := p.UptimeGuard - f.Uptime
+		return wait(Action{Cause: CauseUptime, Event: contract.EventRebootPending, Until: now.Add(left),
+			Why: fmt.Sprintf("reboot (reason=%s) waits for the uptime guard: up %s, no reboot within %s of boot, %s left (rebooter.uptimeGuardMinutes)",
+				reasonText(reason), f.Uptime.Round(time.Second), p.UptimeGuard, left.Round(time.Second))})
 	}
 	if now.Before(f.RetryAt) {
 		return wait(Action{Cause: CauseBackoff, Until: f.RetryAt,

@@ -93,8 +93,10 @@ func TestDecide(t *testing.T) {
 			want: Action{Kind: Wait, Cause: CauseApproval, Event: contract.EventRebootPending}, why: "reason=recovery"},
 		{name: "unknown reason needs approval even with auto", facts: facts(pending("")), policy: func(p *Policy) { p.AutoUpgrade, p.AutoRecover = true, true },
 			want: Action{Kind: Wait, Cause: CauseApproval, Event: contract.EventRebootPending}, why: "reason=unspecified"},
-		{name: "approve-reboot=false is no approval", facts: facts(pending("upgrade", "approve-reboot", "false")),
-			want: Action{Kind: Wait, Cause: CauseApproval, Event: contract.EventRebootPending}},
+		{name: "approve-reboot=false is no approval, and says so", facts: facts(pending("upgrade", "approve-reboot", "false")),
+			want: Action{Kind: Wait, Cause: CauseApproval, Event: contract.EventApprovalInvalid, Warning: true}, why: `approve-reboot="false" is not an approval`},
+		{name: "approve-reboot=yes is no approval, and says so", facts: facts(pending("recovery", "approve-reboot", "yes")),
+			want: Action{Kind: Wait, Cause: CauseApproval, Event: contract.EventApprovalInvalid, Warning: true}, why: "approve-reboot=true --overwrite"},
 		{name: "auto-upgrade does not authorise recovery", facts: facts(pending("recovery")), policy: func(p *Policy) { p.AutoUpgrade = true },
 			want: Action{Kind: Wait, Cause: CauseApproval, Event: contract.EventRebootPending}},
 		{name: "approved upgrade takes a slot", facts: facts(pending("upgrade", "approve-reboot", "true")), want: Action{Kind: AcquireSlot}},
@@ -131,7 +133,7 @@ func TestDecide(t *testing.T) {
 
 		// Uptime guard and backoff.
 		{name: "uptime guard", facts: with(facts(pending("upgrade", "approve-reboot", "true")), func(f *Facts) { f.Uptime = 4 * time.Minute }),
-			want: Action{Kind: Wait, Cause: CauseUptime, Event: contract.EventRebootPending}, until: 6 * time.Minute},
+			want: Action{Kind: Wait, Cause: CauseUptime, Event: contract.EventRebootPending}, until: 6 * time.Minute, why: "6m0s left"},
 		{name: "uptime guard off", facts: with(facts(pending("upgrade", "approve-reboot", "true")), func(f *Facts) { f.Uptime = time.Second }),
 			policy: func(p *Policy) { p.UptimeGuard = 0 }, want: Action{Kind: AcquireSlot}},
 		{name: "backoff after a failure", facts: with(facts(pending("upgrade", "approve-reboot", "true")), func(f *Facts) { f.RetryAt = now.Add(time.Minute) }),
