@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
+	"github.com/openfuyao/npu-stack/internal/budget"
 	"github.com/openfuyao/npu-stack/internal/contract"
 	"github.com/openfuyao/npu-stack/internal/rollout"
 )
@@ -118,4 +119,30 @@ func kubectlAnnotate(ctx context.Context, t *testing.T, node, key, value string)
 	if _, err := env.Client.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestStatusNamesTheLoopGuard: a node whose recent reboots failed their
+// purpose is refused a further one; status shows the rebooter's refusal
+// with the reset command, and resetting the history lets the rollout on.
+func TestStatusNamesTheLoopGuard(t *testing.T) {
+	ctx := ctxTimeout(t, 6*time.Minute)
+	f := newFleet(t, 1, nil)
+	node := f.nodes[0].Name()
+	var h budget.History
+	for _, ago := range []time.Duration{40, 30, 20} {
+		h = append(h, budget.Entry{At: time.Now().Add(-ago * time.Minute), Reason: string(contract.ReasonRecovery), Outcome: budget.Failed})
+	}
+	kubectlAnnotate(ctx, t, node, keys.RebootHistory(), h.String())
+	args := f.upgrade(ctx, newVersion)
+	r := f.startRollout(args)
+	events(ctx, t, node, contract.EventRebootRefused, 1)
+	statusNote(ctx, t, args, node, "RebootRefused", "loop guard", "kubectl annotate node "+node+" "+keys.RebootHistory()+"-")
+	if _, err := env.Client.CoreV1().Nodes().Patch(ctx, node, types.JSONPatchType,
+		[]byte(`[{"op":"remove","path":"/metadata/annotations/`+strings.ReplaceAll(keys.RebootHistory(), "/", "~1")+`"}]`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if code := r.wait(ctx, t); code != 0 {
+		t.Fatalf("rollout exit %d after the reset:\n%s", code, tail(r.output(), 20))
+	}
+	f.checkDone(ctx)
 }
