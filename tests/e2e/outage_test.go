@@ -34,17 +34,25 @@ func TestRolloutJobSurvivesControllerManagerOutage(t *testing.T) {
 	}()
 	// The rollout is under way: its pod runs and a node waits for approval.
 	var rolloutPod *corev1.Pod
-	err := testbed.WaitFor(ctx, testbed.PodsLW(env.Client, s.ns, "app.kubernetes.io/component=rollout"), &corev1.Pod{}, func(ps []*corev1.Pod) (bool, error) {
-		for _, p := range ps {
-			if p.Status.Phase == corev1.PodRunning {
-				rolloutPod = p
-			}
+	// Watched on the nodes, which change last: the pod runs before them.
+	err := testbed.WaitFor(ctx, testbed.NodesLW(env.Client, s.selector()), &corev1.Node{}, func(ns []*corev1.Node) (bool, error) {
+		waiting := false
+		for _, n := range ns {
+			waiting = waiting || n.Labels[keys.UpgradeState()] == "reboot-required"
 		}
-		if rolloutPod == nil {
+		if !waiting {
 			return false, nil
 		}
-		nodes, err := env.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: s.selector() + "," + keys.UpgradeState() + "=reboot-required"})
-		return err == nil && len(nodes.Items) > 0, err
+		pods, err := env.Client.CoreV1().Pods(s.ns).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/component=rollout"})
+		if err != nil {
+			return false, err
+		}
+		for i, p := range pods.Items {
+			if p.Status.Phase == corev1.PodRunning {
+				rolloutPod = &pods.Items[i]
+			}
+		}
+		return rolloutPod != nil, nil
 	})
 	if err != nil {
 		t.Fatalf("rollout never got under way: %v", err)
