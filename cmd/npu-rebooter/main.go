@@ -147,7 +147,7 @@ func newRun(opts *cli.GlobalOptions) *cobra.Command {
 	fs.DurationVar(&f.uptimeGuard, "uptime-guard", 10*time.Minute, "no reboot within this long of boot")
 	fs.IntVar(&f.slots, "slots", 1, "nodes rebooting at once, cluster-wide")
 	fs.DurationVar(&f.slotTTL, "slot-ttl", time.Hour, "a reboot slot whose holder stops renewing it frees itself after this long")
-	fs.IntVar(&f.maxReboots, "max-reboots", 3, "loop guard: reboots allowed within --budget-window; then refuse until an admin clears the reboot-history annotation")
+	fs.IntVar(&f.maxReboots, "max-reboots", 3, "loop guard: reboots that did not achieve their purpose allowed within --budget-window; then refuse until an admin clears the reboot-history annotation")
 	fs.DurationVar(&f.budgetWindow, "budget-window", time.Hour, "loop guard window")
 	fs.StringVar(&f.metricsAddr, "metrics-addr", "", "address of the Prometheus /metrics endpoint, such as :9402; empty turns it off")
 	fs.StringVar(&f.hostRoot, "host-root", "/", "where the host's root filesystem is mounted")

@@ -9,10 +9,9 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
-	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
 	"github.com/openfuyao/npu-stack/internal/contract"
@@ -276,16 +275,18 @@ func TestSlotOfAHolderThatNeverReturnsExpires(t *testing.T) {
 		rec["autoRecover"] = true
 	})
 	stuck, next := f.nodes[0], f.nodes[1]
-	// A PodDisruptionBudget keeps the NPU pod, so the holder stays in its
-	// eviction with the slot, and is killed there.
+	// A finalizer keeps the NPU pod from going away, so the holder stays
+	// in its pod removal with the slot, and is killed there. (The
+	// rebooter deletes its node's pods without consulting budgets: a
+	// wedged node's chips are gone anyway.)
 	pod(t, f.ns, "guarded", stuck.Name(), true)
-	pdb := &policyv1.PodDisruptionBudget{
-		ObjectMeta: metav1.ObjectMeta{Name: "guarded", Namespace: f.ns},
-		Spec:       policyv1.PodDisruptionBudgetSpec{MinAvailable: ptr.To(intstr.FromInt32(1)), Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "guarded"}}},
-	}
-	if _, err := env.Client.PolicyV1().PodDisruptionBudgets(f.ns).Create(ctx, pdb, metav1.CreateOptions{}); err != nil {
+	const hold = "test.npu-stack.openfuyao.com/hold"
+	if _, err := env.Client.CoreV1().Pods(f.ns).Patch(ctx, "guarded", types.MergePatchType, []byte(`{"metadata":{"finalizers":["`+hold+`"]}}`), metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() {
+		_, _ = env.Client.CoreV1().Pods(f.ns).Patch(context.Background(), "guarded", types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{})
+	})
 	wedge(t, stuck)
 	waitNode(ctx, t, stuck.Name(), "cordoned for recovery (slot held, evicting)", func(n *corev1.Node) bool {
 		return n.Annotations[keys.RecoveryCordoned()] == contract.True
