@@ -83,7 +83,9 @@ func TestStatusNamesAnInvalidApproval(t *testing.T) {
 // the fix, and the rollout goes on once the budget allows it.
 func TestStatusNamesThePodDisruptionBudget(t *testing.T) {
 	ctx := ctxTimeout(t, 6*time.Minute)
-	f := newFleet(t, 1, nil)
+	// force: the pod is a bare one (no controller), which drain removes
+	// only with force, and still through the eviction API.
+	f := newFleet(t, 1, func(p, _ map[string]any) { p["npuPodDeletion"] = map[string]any{"force": true, "timeoutSeconds": 300} })
 	node := f.nodes[0].Name()
 	labels := map[string]string{"app": "train"}
 	pod := &corev1.Pod{

@@ -75,6 +75,36 @@ func (r *podRun) kill(grace time.Duration) {
 	}
 }
 
+// terminate records the end of every container of a pod being deleted
+// (processes were just killed; simulated ones stop with SIGTERM's 143)
+// and sets the pod's terminal phase; false if it already had one.
+func (r *podRun) terminate() bool {
+	if r.terminal != "" {
+		return false
+	}
+	ok := true
+	for _, c := range r.all() {
+		switch {
+		case c.proc != nil:
+			<-c.proc.done
+			reason := "Completed"
+			if c.proc.code != 0 {
+				reason = "Error"
+			}
+			c.exit = &corev1.ContainerStateTerminated{ExitCode: int32(c.proc.code), Reason: reason, StartedAt: c.startedAt, FinishedAt: metav1.Now()}
+		case c.running:
+			c.exit = &corev1.ContainerStateTerminated{ExitCode: 143, Reason: "Error", StartedAt: c.startedAt, FinishedAt: metav1.Now()}
+		}
+		c.proc, c.running, c.waiting = nil, false, nil
+		ok = ok && (c.exit == nil || c.exit.ExitCode == 0)
+	}
+	r.terminal = corev1.PodFailed
+	if ok && len(r.main) > 0 && r.main[0].exit != nil {
+		r.terminal = corev1.PodSucceeded
+	}
+	return true
+}
+
 // afterReboot restarts the pod's containers as the kubelet does after a
 // boot; a pod that must not restart fails instead.
 func (r *podRun) afterReboot() {
@@ -127,6 +157,14 @@ func (n *Node) sync(ctx context.Context, key string) error {
 			}
 			r.kill(grace)
 			delete(n.pods, key)
+			// As the kubelet does, the pod reaches a terminal phase before it
+			// goes: a Job (podReplacementPolicy Failed, the default with a
+			// podFailurePolicy) replaces a deleted pod only once it is Failed.
+			if r.terminate() {
+				if err := n.writeStatus(ctx, pod, r); err != nil && !apierrors.IsConflict(err) {
+					return err
+				}
+			}
 		}
 		// The kubelet has the last word on deletion: grace 0 once the
 		// containers are gone.
