@@ -40,7 +40,7 @@ local cluster running (pid $(cat "$pidfile")); point your tools at it with:
 
 its registry ($(cat "$state/registry" 2>/dev/null)) holds this checkout's images and chart:
 
-  helm install npu-stack oci://$(cat "$state/registry" 2>/dev/null)/openfuyao/charts/npu-stack -n npu-operator --create-namespace \\
+  helm install npu-stack oci://$(cat "$state/registry" 2>/dev/null)/openfuyao/charts/npu-stack --devel -n npu-operator --create-namespace \\
     -f docs/examples/values-local-cluster.yaml --set imageRegistry=$(cat "$state/registry" 2>/dev/null),driver.version=25.3.0
 
 inject a chip fault:  bin/npu-cluster wedge --state-dir $state --node npu-0 --chip 3
