@@ -8,7 +8,6 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/openfuyao/npu-stack/internal/contract"
 	"github.com/openfuyao/npu-stack/tests/testbed"
 	"github.com/openfuyao/npu-stack/tests/testbed/procnode"
 )
@@ -49,7 +48,7 @@ func AddFleet(ctx context.Context, env *testbed.Env, n int) (*Fleet, error) {
 		}
 		f.NPU = append(f.NPU, nodes...)
 	}
-	cpu, err := env.AddProcessNodes(ctx, 1, testbed.NodeSpec{Prefix: "cpu", Labels: map[string]string{contract.LabelNPUPresent: "false"}})
+	cpu, err := env.AddProcessNodes(ctx, 1, testbed.NodeSpec{Prefix: "cpu", CPU: true})
 	if err != nil {
 		return nil, err
 	}

@@ -71,6 +71,16 @@ func TestInstallUpgradeRollbackWithTheSeedCommands(t *testing.T) {
 
 	// helm rollback npu-stack 1, approved with the documented bulk command.
 	kubectl(ctx, t, "kubectl get nodes -l openfuyao.com/npu.present -o name | xargs -I{} kubectl annotate {} npu.openfuyao.com/approve-reboot=true --overwrite")
+	// The seed's selector must not reach the CPU node that runs the hooks.
+	others, err := env.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: "!openfuyao.com/npu.present"})
+	if err != nil || len(others.Items) == 0 {
+		t.Fatalf("the CPU node must carry no openfuyao.com/npu.present label: %v (%d nodes without it)", err, len(others.Items))
+	}
+	for _, n := range others.Items {
+		if _, ok := n.Annotations[keys.ApproveReboot()]; ok {
+			t.Errorf("the approve-all command annotated the CPU node %s", n.Name)
+		}
+	}
 	if err := s.helm.Rollback(rel, 1, testbed.InstallOptions{Timeout: 8 * time.Minute}); err != nil {
 		t.Fatalf("helm rollback %s 1: %v", rel, err)
 	}

@@ -67,7 +67,7 @@ func newStack(t *testing.T, ns, release string, n910, n310 int) *stack {
 	t.Helper()
 	ctx := ctxTimeout(t, 3*time.Minute)
 	hookNodeOnce.Do(func() {
-		if _, err := env.AddProcessNodes(ctx, 1, testbed.NodeSpec{Prefix: "cpu", Labels: map[string]string{contract.LabelNPUPresent: "false"}}); err != nil {
+		if _, err := env.AddProcessNodes(ctx, 1, testbed.NodeSpec{Prefix: "cpu", CPU: true}); err != nil {
 			t.Fatal(err)
 		}
 	})

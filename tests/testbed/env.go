@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"sync"
@@ -48,6 +49,10 @@ type NodeSpec struct {
 	Labels map[string]string
 	// Driver, if set, is loaded on the simulated host at first boot.
 	Driver string
+	// CPU makes a node without NPUs: none of the NPU labels (not even
+	// npu.present=false, which the seed's `-l openfuyao.com/npu.present`
+	// would select), only Labels.
+	CPU bool
 }
 
 func (s NodeSpec) withDefaults() NodeSpec {
@@ -72,6 +77,9 @@ func (s NodeSpec) withDefaults() NodeSpec {
 // Labels are the node labels the spec gives.
 func (s NodeSpec) NodeLabels() map[string]string {
 	s = s.withDefaults()
+	if s.CPU {
+		return maps.Clone(s.Labels)
+	}
 	l := map[string]string{
 		contract.LabelNPUPresent: "true",
 		contract.LabelChip:       s.Chip,

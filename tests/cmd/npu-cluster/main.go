@@ -14,7 +14,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/openfuyao/npu-stack/internal/contract"
 	"github.com/openfuyao/npu-stack/internal/host/simhost"
 	"github.com/openfuyao/npu-stack/tests/testbed"
 )
@@ -68,7 +67,7 @@ func newUp(stateDir *string) *cobra.Command {
 			}
 			// A CPU node for the hook Jobs, which the chart steers away
 			// from NPU nodes (one of them may be rebooting).
-			cpu := testbed.NodeSpec{Prefix: "cpu", Labels: map[string]string{contract.LabelNPUPresent: "false"}}
+			cpu := testbed.NodeSpec{Prefix: "cpu", CPU: true}
 			if _, err := env.AddProcessNodes(startCtx, 1, cpu); err != nil {
 				return err
 			}
