@@ -11,7 +11,7 @@ CP_DIR ?= $(CURDIR)/.cache/controlplane
 export NPU_STACK_CP_DIR := $(CP_DIR)
 # Integration tests start a control plane per test binary; keep them
 # sequential on small machines.
-TEST_FLAGS ?= -count=1 -p 1 -timeout 30m
+TEST_FLAGS ?= -count=1 -p 1 -timeout 45m
 
 .PHONY: all build test unit fuzz bench lint controlplane demo cluster cluster-down clean help images chart
 

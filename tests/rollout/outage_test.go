@@ -39,7 +39,7 @@ func outage(t *testing.T, component string, down time.Duration) {
 	if _, err := env.Client.CoreV1().Nodes().Patch(ctx, pre, types.MergePatchType, []byte(`{"spec":{"unschedulable":true}}`), metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	inv := f.watchInvariants()
+	inv := f.watchCordons()
 	args := f.upgrade(ctx, newVersion)
 	r := f.startRollout(args)
 	// In the middle: some nodes done, others in flight.
@@ -76,7 +76,7 @@ func outage(t *testing.T, component string, down time.Duration) {
 	}
 	f.checkDone(ctx, pre)
 	if max, worst := inv.max(); max > 3 {
-		t.Errorf("up to %d nodes were unavailable at once (%v); maxUnavailable 25%% of 12 allows 3", max, worst)
+		t.Errorf("up to %d nodes were cordoned at once (%v); maxUnavailable 25%% of 12 allows 3", max, worst)
 	}
 }
 
