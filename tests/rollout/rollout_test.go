@@ -60,7 +60,12 @@ func TestRolloutTwelveNodesWithinBudget(t *testing.T) {
 	// A chart change that leaves the driver alone (labels, the device
 	// plugin's image) never cordons, evicts or reboots anything.
 	f.vals["commonLabels"] = map[string]any{"team": "ml-platform"}
-	f.vals["devicePlugin"] = map[string]any{"image": map[string]any{"tag": "v6.0.1"}}
+	// The new device-plugin tag must be in the registry, or its pods would
+	// sit in ImagePullBackOff as on a real cluster.
+	if err := env.Registry.PushStandIn(ctx, env.Registry.Host+"/ascendhub/ascend-k8sdeviceplugin:v7.3.1"); err != nil {
+		t.Fatal(err)
+	}
+	f.vals["devicePlugin"] = map[string]any{"image": map[string]any{"tag": "v7.3.1"}}
 	args = f.upgrade(ctx, newVersion)
 	quiet := f.startRollout(args)
 	if code := quiet.wait(ctx, t); code != 0 {
