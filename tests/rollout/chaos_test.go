@@ -109,11 +109,10 @@ func TestRolloutUnderChaos(t *testing.T) {
 			}
 			adminDone = true
 			t.Logf("%d done: admin cordons %s, relabels a node, uncordons %s", progress, node, node)
-			w.excuse(node, true)
+			w.excuse(node)
 			patchNode(ctx, t, node, `{"spec":{"unschedulable":true},"metadata":{"labels":{"team":"ml-platform"}}}`)
 			patchNode(ctx, t, f.nodes[rng.IntN(n)].Name(), `{"metadata":{"labels":{"rack":"r`+strconv.Itoa(rng.IntN(9))+`"}}}`)
-			patchNode(ctx, t, node, `{"spec":{"unschedulable":false}}`)
-			w.excuse(node, false)
+			w.unexcuseAt(node, patchNode(ctx, t, node, `{"spec":{"unschedulable":false}}`))
 		}
 		if node := ""; w.wedgedNode() == "" && progress >= wedgeAt {
 			if node = w.doneNode(rng, pre); node == "" {
@@ -163,11 +162,14 @@ func TestRolloutUnderChaos(t *testing.T) {
 	}
 }
 
-func patchNode(ctx context.Context, t *testing.T, node, patch string) {
+// patchNode returns the resource version the patch wrote.
+func patchNode(ctx context.Context, t *testing.T, node, patch string) string {
 	t.Helper()
-	if _, err := env.Client.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+	nd, err := env.Client.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+	if err != nil {
 		t.Fatalf("admin patch %s: %v", node, err)
 	}
+	return nd.ResourceVersion
 }
 
 // killRebooter SIGKILLs the rebooter of node, whose reboot is under way.
@@ -191,14 +193,18 @@ type chaosWatch struct {
 	f       *fleet
 	mu      sync.Mutex
 	nodes   map[string]*corev1.Node
-	excused map[string]bool
+	// excused maps a node the admin took down to the resource version
+	// of the admin's uncordon ("" while it is not written yet): the
+	// watch may deliver the cordon after the uncordon's reply, so the
+	// excuse ends when the watch reaches that version, not at the reply.
+	excused map[string]string
 	worst   []string
 	changed chan struct{}
 	wedged  string
 }
 
 func watchChaos(t *testing.T, f *fleet) *chaosWatch {
-	w := &chaosWatch{f: f, nodes: map[string]*corev1.Node{}, excused: map[string]bool{}, changed: make(chan struct{}, 1)}
+	w := &chaosWatch{f: f, nodes: map[string]*corev1.Node{}, excused: map[string]string{}, changed: make(chan struct{}, 1)}
 	lw := testbed.NodesLW(env.Client, f.selector())
 	_, ctrl := cache.NewInformerWithOptions(cache.InformerOptions{ListerWatcher: lw, ObjectType: &corev1.Node{}, Handler: cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(o any) { w.see(o.(*corev1.Node)) },
@@ -213,9 +219,12 @@ func watchChaos(t *testing.T, f *fleet) *chaosWatch {
 func (w *chaosWatch) see(n *corev1.Node) {
 	w.mu.Lock()
 	w.nodes[n.Name] = n
+	if until, ok := w.excused[n.Name]; ok && until != "" && rvAtLeast(n.ResourceVersion, until) {
+		delete(w.excused, n.Name)
+	}
 	var down []string
 	for name, n := range w.nodes {
-		if (n.Spec.Unschedulable || !nodeReady(n)) && !w.excused[name] && name != w.wedged {
+		if _, excused := w.excused[name]; (n.Spec.Unschedulable || !nodeReady(n)) && !excused && name != w.wedged {
 			down = append(down, name)
 		}
 	}
@@ -242,10 +251,30 @@ func (w *chaosWatch) wedgedNode() string {
 	return w.wedged
 }
 
-func (w *chaosWatch) excuse(node string, on bool) {
+func (w *chaosWatch) excuse(node string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.excused[node] = on
+	w.excused[node] = ""
+}
+
+// unexcuseAt ends node's excuse once the watch has seen version rv.
+func (w *chaosWatch) unexcuseAt(node, rv string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if seen := w.nodes[node]; seen != nil && rvAtLeast(seen.ResourceVersion, rv) {
+		delete(w.excused, node)
+		return
+	}
+	w.excused[node] = rv
+}
+
+// rvAtLeast compares resource versions as the test bed's etcd writes
+// them (increasing integers); clients must not, tests of one API
+// server may.
+func rvAtLeast(rv, want string) bool {
+	a, errA := strconv.ParseUint(rv, 10, 64)
+	b, errB := strconv.ParseUint(want, 10, 64)
+	return errA == nil && errB == nil && a >= b
 }
 
 func (w *chaosWatch) max() (int, []string) {
