@@ -190,9 +190,9 @@ func killRebooter(ctx context.Context, t *testing.T, f *fleet, node string) {
 // driver), the first node seen in reboot-required, and the most nodes
 // unavailable at once except those the admin or a chip fault took down.
 type chaosWatch struct {
-	f       *fleet
-	mu      sync.Mutex
-	nodes   map[string]*corev1.Node
+	f     *fleet
+	mu    sync.Mutex
+	nodes map[string]*corev1.Node
 	// excused maps a node the admin took down to the resource version
 	// of the admin's uncordon ("" while it is not written yet): the
 	// watch may deliver the cordon after the uncordon's reply, so the
