@@ -9,11 +9,13 @@ BINARIES := npu-hooks npu-rebooter npu-healthwatch
 BIN_DIR ?= bin
 CP_DIR ?= $(CURDIR)/.cache/controlplane
 export NPU_STACK_CP_DIR := $(CP_DIR)
+ENGINES_DIR ?= $(CURDIR)/.cache/engines
+export NPU_STACK_ENGINES_DIR := $(ENGINES_DIR)
 # Integration tests start a control plane per test binary; keep them
 # sequential on small machines.
 TEST_FLAGS ?= -count=1 -p 1 -timeout 45m
 
-.PHONY: all build test unit fuzz bench lint controlplane demo cluster cluster-down clean help images chart
+.PHONY: all build test unit fuzz bench lint controlplane engines demo cluster cluster-down clean help images chart
 
 all: build
 
@@ -60,7 +62,10 @@ demo: controlplane ## the main job: install, manual upgrade, chip self-healing a
 controlplane: ## build etcd, kube-apiserver, controller-manager, scheduler, kubectl, kwok once into .cache/
 	bash ci/build-controlplane.sh
 
-test: controlplane ## run every test (unit and integration on the local control plane)
+engines: ## build the deployers the tests drive (helm v3/v4, helmfile, Flux helm-controller, Argo CD) once into .cache/engines
+	bash ci/build-engines.sh
+
+test: controlplane engines ## run every test (unit and integration on the local control plane)
 	$(GO) test $(TEST_FLAGS) ./...
 
 unit: ## run the tests that need no control plane

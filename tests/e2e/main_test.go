@@ -1,8 +1,8 @@
 // Package e2e_test runs the product as users run it: the chart installed,
-// upgraded and rolled back with the Helm SDK, hook Jobs executed for real,
-// the rebooter, driver gate and health-watch running as processes on
-// simulated nodes; and the same upgrade as Flux/Helm 4 (kstatus wait) and
-// Argo CD (hooks mapped to sync phases) would apply it.
+// upgraded and rolled back by the real deployers — the Helm SDK, the helm
+// v3 and v4 CLIs, helmfile, Flux's helm-controller and Argo CD — with hook
+// Jobs executed for real, the rebooter, driver gate and health-watch
+// running as processes on simulated nodes.
 package e2e_test
 
 import (
@@ -58,6 +58,9 @@ type stack struct {
 	nodes   []*procnode.Node
 	vals    map[string]any
 	helm    *testbed.Helm
+	// preCordoned is the node the admin cordoned before an upgrade: it
+	// is upgraded and must stay cordoned.
+	preCordoned string
 }
 
 // newStack starts n910 + n310 fresh NPU nodes (no driver loaded: the
@@ -140,8 +143,9 @@ func (s *stack) names() []string {
 }
 
 // check asserts the state after a finished rollout to version: every node
-// runs it, was rebooted reboots times in total, is schedulable, carries no
-// state label, and its device plugin started after its driver was ready.
+// runs it, was rebooted reboots times in total, is schedulable (the
+// pre-cordoned one cordoned), carries no state label, and its device
+// plugin started after its driver was ready.
 func (s *stack) check(ctx context.Context, version string, reboots int) {
 	s.t.Helper()
 	for _, pn := range s.nodes {
@@ -159,27 +163,28 @@ func (s *stack) check(ctx context.Context, version string, reboots int) {
 		if st.Reboots != reboots {
 			s.t.Errorf("%s: rebooted %d times, want %d (one per driver change)", n.Name, st.Reboots, reboots)
 		}
-		if n.Spec.Unschedulable {
-			s.t.Errorf("%s: left cordoned", n.Name)
+		if n.Spec.Unschedulable != (n.Name == s.preCordoned) {
+			s.t.Errorf("%s: unschedulable %v; only the pre-cordoned node (%q) stays cordoned", n.Name, n.Spec.Unschedulable, s.preCordoned)
 		}
 		if v, ok := n.Labels[keys.UpgradeState()]; ok {
 			s.t.Errorf("%s: state label %q left", n.Name, v)
 		}
 	}
-	s.checkDevicePluginsFresh(ctx)
+	s.checkStartedAfterDriver(ctx, "app.kubernetes.io/component="+contract.ComponentDevicePlugin, "device plugin")
 }
 
-// checkDevicePluginsFresh: every device-plugin pod's container started
-// after its node's driver pod became Ready (second resolution).
-func (s *stack) checkDevicePluginsFresh(ctx context.Context) {
+// checkStartedAfterDriver: on every node, the pod selected by selector
+// in the stack's namespace runs a container started after the node's
+// driver pod became Ready (second resolution).
+func (s *stack) checkStartedAfterDriver(ctx context.Context, selector, what string) {
 	s.t.Helper()
-	pods, err := env.Client.CoreV1().Pods(s.ns).List(ctx, metav1.ListOptions{})
+	pods, err := env.Client.CoreV1().Pods(s.ns).List(ctx, metav1.ListOptions{LabelSelector: "app=npu-driver-daemonset"})
 	if err != nil {
 		s.t.Fatal(err)
 	}
 	readyAt := map[string]time.Time{}
 	for _, p := range pods.Items {
-		if p.Labels["app"] == "npu-driver-daemonset" && p.DeletionTimestamp == nil {
+		if p.DeletionTimestamp == nil {
 			for _, c := range p.Status.Conditions {
 				if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
 					readyAt[p.Spec.NodeName] = c.LastTransitionTime.Time
@@ -187,9 +192,12 @@ func (s *stack) checkDevicePluginsFresh(ctx context.Context) {
 			}
 		}
 	}
+	if pods, err = env.Client.CoreV1().Pods(s.ns).List(ctx, metav1.ListOptions{LabelSelector: selector}); err != nil {
+		s.t.Fatal(err)
+	}
 	seen := 0
 	for _, p := range pods.Items {
-		if p.Labels["app.kubernetes.io/component"] != contract.ComponentDevicePlugin || p.DeletionTimestamp != nil {
+		if p.DeletionTimestamp != nil {
 			continue
 		}
 		seen++
@@ -204,13 +212,13 @@ func (s *stack) checkDevicePluginsFresh(ctx context.Context) {
 		case !ok:
 			s.t.Errorf("node %s: no Ready driver pod", p.Spec.NodeName)
 		case started.IsZero():
-			s.t.Errorf("device plugin %s on %s is not running", p.Name, p.Spec.NodeName)
+			s.t.Errorf("%s %s on %s is not running", what, p.Name, p.Spec.NodeName)
 		case started.Before(ready.Truncate(time.Second)):
-			s.t.Errorf("device plugin %s on %s started %s, before its driver was ready at %s", p.Name, p.Spec.NodeName, started, ready)
+			s.t.Errorf("%s %s on %s started %s, before its driver was ready at %s", what, p.Name, p.Spec.NodeName, started, ready)
 		}
 	}
 	if seen != len(s.nodes) {
-		s.t.Errorf("%d device-plugin pods, want one per node (%d)", seen, len(s.nodes))
+		s.t.Errorf("%d %s pods, want one per node (%d)", seen, what, len(s.nodes))
 	}
 }
 

@@ -40,3 +40,31 @@ func resolveBinDir(dir string) (string, error) {
 	}
 	return dir, nil
 }
+
+// EnginesDir is where ci/build-engines.sh puts the deployment engines
+// (helm CLIs, helmfile, helm-controller, Argo CD): $NPU_STACK_ENGINES_DIR
+// or <repo>/.cache/engines.
+func EnginesDir() (string, error) {
+	if env := os.Getenv("NPU_STACK_ENGINES_DIR"); env != "" {
+		return env, nil
+	}
+	root, err := RepoRoot()
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(root, ".cache", "engines"), nil
+}
+
+// Engine returns the path of rel (for example "helm3/helm") under
+// EnginesDir, or an error saying how to build it.
+func Engine(rel string) (string, error) {
+	dir, err := EnginesDir()
+	if err != nil {
+		return "", err
+	}
+	p := filepath.Join(dir, rel)
+	if _, err := os.Stat(p); err != nil {
+		return "", fmt.Errorf("deployment engine %s missing in %s: run `make engines` (ci/build-engines.sh) first", rel, dir)
+	}
+	return p, nil
+}

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Builds the deployment engines the deployer tests drive — the helm v3 and
+# v4 CLIs, helmfile, Flux's helm-controller, Argo CD — from the Go module
+# proxy into a gitignored cache, like the control plane. Each engine is a
+# Go module of its own under ci/engines/<name> (its dependencies never
+# touch npu-stack's) with a build.sh that installs into $out. A stamp per
+# engine (Go version + that directory's files) makes a second run a no-op
+# and rebuilds only the engine whose pins changed.
+#
+# usage: ci/build-engines.sh [engine...]   (default: every engine)
+set -euo pipefail
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+out=${NPU_STACK_ENGINES_DIR:-$root/.cache/engines}
+mkdir -p "$out/bin" "$out/stamps"
+
+engines=("$@")
+if ((${#engines[@]} == 0)); then
+	for d in "$root"/ci/engines/*/; do
+		engines+=("$(basename "$d")")
+	done
+fi
+
+for e in "${engines[@]}"; do
+	dir=$root/ci/engines/$e
+	if [[ ! -f $dir/build.sh ]]; then
+		echo "unknown engine $e: no $dir/build.sh" >&2
+		exit 2
+	fi
+	want=$({ go version; cd "$dir" && find . -type f | LC_ALL=C sort | xargs sha256sum; } | sha256sum | cut -d' ' -f1)
+	if [[ -f $out/stamps/$e && $(cat "$out/stamps/$e") == "$want" ]]; then
+		echo "engine $e up to date in $out"
+		continue
+	fi
+	rm -f "$out/stamps/$e"
+	echo "building engine $e into $out (once; reused until ci/engines/$e changes)"
+	start=$SECONDS
+	(cd "$dir" && bash ./build.sh "$out")
+	echo "$want" > "$out/stamps/$e"
+	echo "engine $e built in $((SECONDS - start)) s"
+done
