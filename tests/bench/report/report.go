@@ -78,6 +78,9 @@ type Scenario struct {
 	// from results written before they were measured.
 	API *APILoad     `json:"apiLoad,omitempty"`
 	CPU []ProcessCPU `json:"cpuByProcess,omitempty"`
+
+	// Peer is the same upgrade by NVIDIA's library (nil: not run).
+	Peer *Peer `json:"peer,omitempty"`
 }
 
 // APILoad is what every client wrote during a rollout, as the API server
@@ -129,20 +132,12 @@ func (s Scenario) total(pred func(Count) bool) int {
 	return n
 }
 
-// PerNode returns requests per upgraded node matching pred.
-func (s Scenario) perNode(pred func(Count) bool) float64 {
-	if s.Upgraded == 0 {
-		return 0
-	}
-	return float64(s.total(pred)) / float64(s.Upgraded)
-}
-
 // WritesPerNode are every write request per upgraded node.
-func (s Scenario) WritesPerNode() float64 { return s.perNode(func(c Count) bool { return c.Write }) }
+func (s Scenario) WritesPerNode() float64 { return perNode(s.Requests, s.Upgraded, isWrite) }
 
 // EventsPerNode are the Event creations per upgraded node.
 func (s Scenario) EventsPerNode() float64 {
-	return s.perNode(func(c Count) bool { return c.Write && c.Resource == "events" })
+	return perNode(s.Requests, s.Upgraded, func(c Count) bool { return c.Write && c.Resource == "events" })
 }
 
 // Lists are the LIST requests of the whole rollout.
@@ -210,6 +205,8 @@ type Report struct {
 	Wedge     *Wedge     `json:"wedge,omitempty"`
 	Targets   []Target   `json:"targets"`
 	Notes     []string   `json:"notes"`
+	// PeerLibrary names the peer's library and version.
+	PeerLibrary string `json:"peerLibrary,omitempty"`
 }
 
 func fmtSec(s Seconds) string {
@@ -250,16 +247,9 @@ func Markdown(r Report) string {
 	b.WriteString("\nAPI requests of `npu-hooks rollout` per upgraded node, by verb and resource (conflicts in brackets):\n\n")
 	b.WriteString("| nodes | parallelism | per-node time | requests per node |\n|---:|---|---:|---|\n")
 	for _, s := range r.Scenarios {
-		var parts []string
-		for _, c := range s.Requests {
-			p := fmt.Sprintf("%s %s %.2f", c.Verb, c.Resource, float64(c.N)/float64(max(s.Upgraded, 1)))
-			if c.Conflicts > 0 {
-				p += fmt.Sprintf(" (%d)", c.Conflicts)
-			}
-			parts = append(parts, p)
-		}
-		fmt.Fprintf(&b, "| %d | %s | %s | %s |\n", s.Nodes, s.Parallelism, fmtSec(s.PerNode), strings.Join(parts, ", "))
+		fmt.Fprintf(&b, "| %d | %s | %s | %s |\n", s.Nodes, s.Parallelism, fmtSec(s.PerNode), requestsPerNode(s.Requests, s.Upgraded))
 	}
+	peerTables(&b, r.Scenarios, r.PeerLibrary)
 	var restarts []string
 	for _, s := range r.Scenarios {
 		restarts = append(restarts, fmt.Sprintf("%s: %.2f", s.Name(), float64(s.SimPodRestarts)/float64(max(s.Upgraded, 1))))

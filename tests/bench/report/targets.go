@@ -26,6 +26,11 @@ const (
 	// MaxIdleCPUPercent is "~0 CPU when idle": under 1% of a core.
 	MaxIdleCPUPercent = 1.0
 	MaxStepP99Seconds = 1.0
+	// MaxPeerRatioRealistic is npu-stack's wall over the peer's with 10%
+	// parallelism and the realistic per-node time (N = 100 and 1,000);
+	// MaxPeerRatio holds in every scenario.
+	MaxPeerRatioRealistic = 0.2
+	MaxPeerRatio          = 1.0
 )
 
 // Targets evaluates every target the run has data for.
@@ -70,6 +75,7 @@ func Targets(r Report) []Target {
 		}
 		out = append(out, Target{Name: "step latency p99", Want: fmt.Sprintf("< %.0f s", MaxStepP99Seconds), Got: got, Met: len(missP99) == 0})
 	}
+	out = append(out, peerTargets(r.Scenarios)...)
 	var peak5k float64
 	seen5k := false
 	for _, s := range r.Scenarios {
@@ -89,4 +95,39 @@ func Targets(r Report) []Target {
 				Got: fmt.Sprintf("%.2f%%", a.IdleCPUPercent()), Met: a.IdleCPUPercent() < MaxIdleCPUPercent})
 	}
 	return out
+}
+
+// peerTargets compare npu-stack with the peer where both ran: the wall
+// ratio with 10% parallelism and the realistic time at N = 100 and 1,000,
+// the worst ratio anywhere, and writes per node in every scenario.
+func peerTargets(ss []Scenario) []Target {
+	var out []Target
+	var worst *Scenario
+	var moreWrites []string
+	for i, s := range ss {
+		if s.Peer == nil {
+			continue
+		}
+		if (s.Nodes == 100 || s.Nodes == 1000) && s.Parallelism == "10%" && s.PerNode > 0 {
+			out = append(out, Target{Name: "npu-stack / peer wall, " + s.Name(), Want: fmt.Sprintf("≤ %.1f", MaxPeerRatioRealistic),
+				Got: fmt.Sprintf("%.3f (%s against %s)", s.PeerRatio(), fmtSec(s.FromBump()), fmtSec(s.Peer.Wall)), Met: s.PeerRatio() <= MaxPeerRatioRealistic})
+		}
+		if worst == nil || s.PeerRatio() > worst.PeerRatio() {
+			worst = &ss[i]
+		}
+		if s.WritesPerNode() > s.Peer.WritesPerNode() {
+			moreWrites = append(moreWrites, fmt.Sprintf("%s: %.1f against %.1f", s.Name(), s.WritesPerNode(), s.Peer.WritesPerNode()))
+		}
+	}
+	if worst == nil {
+		return nil
+	}
+	got := "in every scenario"
+	if len(moreWrites) > 0 {
+		got = "more in " + strings.Join(moreWrites, "; ")
+	}
+	return append(out,
+		Target{Name: "npu-stack / peer wall (worst scenario)", Want: fmt.Sprintf("≤ %.0f", MaxPeerRatio),
+			Got: fmt.Sprintf("%.3f (%s)", worst.PeerRatio(), worst.Name()), Met: worst.PeerRatio() <= MaxPeerRatio},
+		Target{Name: "npu-stack's writes per node ≤ the peer's", Want: "in every scenario", Got: got, Met: len(moreWrites) == 0})
 }

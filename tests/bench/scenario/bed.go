@@ -34,6 +34,7 @@ import (
 	"github.com/openfuyao/npu-stack/internal/kube"
 	"github.com/openfuyao/npu-stack/tests/bench/apicount"
 	"github.com/openfuyao/npu-stack/tests/bench/fleet"
+	"github.com/openfuyao/npu-stack/tests/bench/peerrun"
 	"github.com/openfuyao/npu-stack/tests/bench/steplat"
 	"github.com/openfuyao/npu-stack/tests/testbed"
 )
@@ -60,7 +61,10 @@ type Config struct {
 	// HeartbeatEvery is the simulated kubelets' Lease renewal period (0:
 	// fleet.DefaultHeartbeatEvery).
 	HeartbeatEvery time.Duration
-	Log            logrus.FieldLogger
+	// PeerBinary is npu-peer; set, the peer's DaemonSets are installed
+	// too, for the scenarios that run the peer.
+	PeerBinary string
+	Log        logrus.FieldLogger
 }
 
 // Bed is a control plane with N simulated NPU nodes running the chart.
@@ -74,6 +78,9 @@ type Bed struct {
 	stop     context.CancelFunc
 	vals     map[string]any
 	versions int
+	// peer is the peer's DaemonSets and node side (nil: none).
+	peer         *peerrun.Fleet
+	peerVersions int
 }
 
 // Setup adds the nodes, starts the simulator and installs the chart with
@@ -141,6 +148,13 @@ func Setup(ctx context.Context, cfg Config) (*Bed, error) {
 		b.Close()
 		return nil, err
 	}
+	if cfg.PeerBinary != "" {
+		if b.peer, err = peerrun.Install(ctx, peerrun.FleetConfig{Client: simClient, Namespace: PeerNamespace, NodeSelector: nodeSel,
+			Nodes: cfg.Nodes, Log: cfg.Log}, firstVersion); err != nil {
+			b.Close()
+			return nil, err
+		}
+	}
 	return b, nil
 }
 
@@ -190,6 +204,9 @@ func (b *Bed) startRecorder(ctx context.Context, client kubernetes.Interface, no
 // Close stops the simulator, the recorder and the proxy.
 func (b *Bed) Close() {
 	b.stop()
+	if b.peer != nil {
+		b.peer.Close()
+	}
 	if b.proxy != nil {
 		_ = b.proxy.Close()
 	}

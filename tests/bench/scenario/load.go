@@ -34,9 +34,9 @@ func (b *Bed) markLoad(ctx context.Context) (loadMark, error) {
 }
 
 // loadSince is the cluster's load from m until now: the API server's
-// writes, and the cores each process used, the rollout's (rolloutCPU,
-// read at its exit) among them, busiest first.
-func (b *Bed) loadSince(ctx context.Context, m loadMark, rolloutCPU time.Duration) (*report.APILoad, []report.ProcessCPU, error) {
+// writes, and the cores each process used, the measured process's
+// (name, its CPU time over the window) among them, busiest first.
+func (b *Bed) loadSince(ctx context.Context, m loadMark, name string, measuredCPU time.Duration) (*report.APILoad, []report.ProcessCPU, error) {
 	now, err := apiload.Take(ctx, b.cfg.Env.Client.CoreV1().RESTClient(), time.Now)
 	if err != nil {
 		return nil, nil, err
@@ -47,7 +47,7 @@ func (b *Bed) loadSince(ctx context.Context, m loadMark, rolloutCPU time.Duratio
 	}
 	api := apiload.Between(m.api, now)
 	secs := now.At.Sub(m.api.At).Seconds()
-	cpu := []report.ProcessCPU{{Name: "npu-hooks rollout", Cores: rolloutCPU.Seconds() / secs}}
+	cpu := []report.ProcessCPU{{Name: name, Cores: measuredCPU.Seconds() / secs}}
 	for name, t := range cpuNow {
 		cpu = append(cpu, report.ProcessCPU{Name: name, Cores: (t - m.cpu[name]).Seconds() / secs})
 	}

@@ -29,6 +29,11 @@ type Spec struct {
 	// ExtraArgs are appended to the chart's rollout arguments (to try a
 	// setting before changing a default).
 	ExtraArgs []string
+	// Peer runs the same upgrade by the peer after npu-stack's (the Bed
+	// must have been set up with a PeerBinary); PeerTimeout bounds it (0:
+	// from the waves of the scenario).
+	Peer        bool
+	PeerTimeout time.Duration
 }
 
 // Run upgrades the whole fleet to the next driver version the way `helm
@@ -75,7 +80,7 @@ func (b *Bed) Run(ctx context.Context, spec Spec) (report.Scenario, error) {
 		return out, err
 	}
 	out.Wall, out.RolloutCPU, out.RolloutPeakMB = report.S(wall), report.S(usage.CPU), procstat.MiB(usage.PeakRSS)
-	if out.API, out.CPU, err = b.loadSince(ctx, mark, usage.CPU); err != nil {
+	if out.API, out.CPU, err = b.loadSince(ctx, mark, "npu-hooks rollout", usage.CPU); err != nil {
 		return out, err
 	}
 	simAfter := b.sim.Stats()
@@ -86,9 +91,7 @@ func (b *Bed) Run(ctx context.Context, spec Spec) (report.Scenario, error) {
 	if out.Upgraded, err = b.checkUpgraded(ctx, version); err != nil {
 		return out, err
 	}
-	for _, c := range b.proxy.Counter.Snapshot() {
-		out.Requests = append(out.Requests, report.Count{Verb: c.Verb, Resource: c.Resource, N: c.N, Conflicts: c.Conflict, Write: c.Write()})
-	}
+	out.Requests = reportCounts(b.proxy.Counter.Snapshot())
 	timelines := b.rec.Take()
 	lat := steplat.Analyze(timelines, version, eff)
 	cycle := steplat.MeanCycle(steplat.Cycles(timelines, version))
@@ -101,7 +104,17 @@ func (b *Bed) Run(ctx context.Context, spec Spec) (report.Scenario, error) {
 	if err := b.waitSettled(ctx, version); err != nil {
 		return out, err
 	}
-	return out, checkFunction(out)
+	if err := checkFunction(out); err != nil || !spec.Peer {
+		return out, err
+	}
+	if spec.PeerTimeout == 0 {
+		spec.PeerTimeout = peerTimeout(n, eff, spec.Timing.Total())
+	}
+	out.Peer, err = b.runPeer(ctx, spec)
+	if err != nil {
+		return out, fmt.Errorf("%s: %w", out.Name(), err)
+	}
+	return out, nil
 }
 
 // rollout runs npu-hooks rollout with the chart's arguments, as the hook

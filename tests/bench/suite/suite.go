@@ -74,21 +74,31 @@ func PlanFor(mode string) (Plan, error) {
 	spec := func(p scenario.Parallelism, t fleet.Timing) scenario.Spec {
 		return scenario.Spec{Parallelism: p, Timing: t, Timeout: time.Hour}
 	}
+	// withPeer runs the peer after npu-stack in the same scenario.
+	withPeer := func(p scenario.Parallelism, t fleet.Timing) scenario.Spec {
+		s := spec(p, t)
+		s.Peer = true
+		return s
+	}
 	zero := fleet.Timing{}
 	switch mode {
 	case "quick":
 		return Plan{Mode: mode, AgentIdle: 10 * time.Second, Fleets: []Fleet{{Nodes: 100, Specs: []scenario.Spec{
-			spec(unlimited, zero), spec(tenPct, fleet.Timing{Reboot: 800 * time.Millisecond, DriverLoad: 200 * time.Millisecond}),
+			withPeer(unlimited, zero), spec(tenPct, fleet.Timing{Reboot: 800 * time.Millisecond, DriverLoad: 200 * time.Millisecond}),
 		}}}}, nil
 	case "full":
 		return Plan{Mode: mode, AgentIdle: 2 * time.Minute,
 			Fleets: []Fleet{
-				{Nodes: 100, Specs: []scenario.Spec{spec(one, zero), spec(tenPct, zero), spec(unlimited, zero), spec(tenPct, Realistic), spec(unlimited, Realistic)}},
-				{Nodes: 1000, Specs: []scenario.Spec{spec(tenPct, zero), spec(unlimited, zero), spec(tenPct, Realistic), spec(unlimited, Realistic)}},
+				// Parallelism 1 last: the peer takes a planned requeue (2 min)
+				// per node there, over three hours for 100 nodes.
+				{Nodes: 100, Specs: []scenario.Spec{withPeer(tenPct, zero), withPeer(unlimited, zero), withPeer(tenPct, Realistic),
+					withPeer(unlimited, Realistic), withPeer(one, zero)}},
+				{Nodes: 1000, Specs: []scenario.Spec{withPeer(tenPct, zero), withPeer(unlimited, zero), withPeer(tenPct, Realistic), withPeer(unlimited, Realistic)}},
 				{Nodes: 5000, Specs: []scenario.Spec{spec(unlimited, zero), spec(tenPct, Realistic)}},
 			},
 			Notes: []string{
-				"Parallelism 1 runs only at N = 100 with per-node time 0: with the realistic time its physical limit alone is N × 20 s (33 min at N = 100, 5.6 h at N = 1,000); its per-node overhead is what the N = 100 row shows.",
+				"Parallelism 1 runs only at N = 100 with per-node time 0: with the realistic time its physical limit alone is N × 20 s (33 min at N = 100, 5.6 h at N = 1,000), and the peer waits for its planned requeue (2 min) once per node (over 3 h at N = 100, over 33 h at N = 1,000); its per-node overhead is what the N = 100 row shows.",
+				"The peer runs at N = 100 and 1,000, not at 5,000.",
 				"N = 5,000 runs two scenarios (pure overhead with unlimited parallelism, realistic time at 10%): on 2 cores its setup (5,000 nodes, 15,000 DaemonSet pods) takes about 20 minutes, the driver DaemonSet update before each rollout about 7, and each rollout restarts 15,000 pods; its node Leases are renewed every 200 s against a grace period of 1,200 s (every 40 s against 240 s at N = 1,000, every 20 s against the default 50 s at N = 100).",
 			},
 		}, nil
@@ -143,8 +153,12 @@ func Run(ctx context.Context, cfg Config) (report.Report, error) {
 	}
 	r := report.Report{Date: time.Now().UTC().Format("2006-01-02 15:04 UTC"), Mode: cfg.Plan.Mode, Machine: machine(), Notes: cfg.Plan.Notes}
 	r.Notes = append(r.Notes, fixedNotes...)
+	peerBin, err := peerFor(ctx, cfg.Plan, &r)
+	if err != nil {
+		return r, err
+	}
 	for i, f := range cfg.Plan.Fleets {
-		scen, err := runFleet(ctx, cfg, f, i == 0, &r)
+		scen, err := runFleet(ctx, cfg, f, i == 0, hasPeer(f, peerBin), &r)
 		r.Scenarios = append(r.Scenarios, scen...)
 		if err != nil {
 			_ = write(cfg.OutDir, r)
@@ -164,7 +178,7 @@ var fixedNotes = []string{
 	"The benchmark also plays the kubelet's part in a reboot: a new boot ID, and the node's pods of the chart namespace restarted in place (same pod UID), not re-created. From the boot the device-plugin and exporter pods are held not Ready, their containers waiting as behind their `validate --wait` init container; the driver pod restarts once the driver load completes; the held pods start once the driver pod is Ready again and the node has driver-ready=true. A hold and a start are one write each to the pod's status (the start: Running and Ready, containers started now, restart count one up), so the pods start after the driver became ready and the rollout has nothing to re-roll. The driver pod shows the Ready of the previous boot until the driver load completes (the rollout waits for the new driver-version label meanwhile). Pods the node lifecycle controller marked not Ready (a late Lease renewal) get their Ready written back, as a kubelet's status sync does.",
 }
 
-func runFleet(ctx context.Context, cfg Config, f Fleet, agents bool, r *report.Report) ([]report.Scenario, error) {
+func runFleet(ctx context.Context, cfg Config, f Fleet, agents bool, peerBin string, r *report.Report) ([]report.Scenario, error) {
 	log := cfg.Log.WithField("nodes", f.Nodes)
 	dir := filepath.Join(cfg.OutDir, fmt.Sprintf("n%d", f.Nodes))
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -199,7 +213,7 @@ func runFleet(ctx context.Context, cfg Config, f Fleet, agents bool, r *report.R
 		r.Agents, r.Wedge = ag, wedge
 	}
 	start := time.Now()
-	bed, err := scenario.Setup(ctx, scenario.Config{Env: env, Nodes: f.Nodes, Dir: dir, HeartbeatEvery: beat, Log: log})
+	bed, err := scenario.Setup(ctx, scenario.Config{Env: env, Nodes: f.Nodes, Dir: dir, HeartbeatEvery: beat, PeerBinary: peerBin, Log: log})
 	if err != nil {
 		return nil, err
 	}
@@ -218,6 +232,10 @@ func runFleet(ctx context.Context, cfg Config, f Fleet, agents bool, r *report.R
 			"peakMiB": fmt.Sprintf("%.0f", s.RolloutPeakMB), "stepP99": fmt.Sprintf("%.3fs", s.Steps.P99),
 			"podsRestartedInPlace": s.SimPodRestarts,
 			"heartbeatMaxLag":      fmt.Sprintf("%.1fs", s.SimHeartbeatMaxLag)}).Info("rollout done")
+		if p := s.Peer; p != nil {
+			slog.WithFields(logrus.Fields{"peerWall": fmt.Sprintf("%.1fs", p.Wall), "ratio": fmt.Sprintf("%.3f", s.PeerRatio()),
+				"peerWritesPerNode": fmt.Sprintf("%.1f", p.WritesPerNode()), "peerReconciles": p.Reconciles}).Info("peer done")
+		}
 		out = append(out, s)
 		// Written after every scenario: a 5,000-node fleet takes an hour,
 		// and a run stopped midway keeps what it measured.
@@ -252,6 +270,9 @@ func Rerender(jsonPaths []string, dir string) (report.Report, error) {
 			return r, fmt.Errorf("%s is a %s run on %+v, the others %s on %+v: not one table", p, one.Mode, one.Machine, r.Mode, r.Machine)
 		}
 		r.Mode, r.Machine = one.Mode, one.Machine
+		if one.PeerLibrary != "" {
+			r.PeerLibrary = one.PeerLibrary
+		}
 		dates = append(dates, one.Date)
 		r.Scenarios = append(r.Scenarios, one.Scenarios...)
 		if len(one.Agents) > 0 {

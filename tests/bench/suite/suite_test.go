@@ -2,6 +2,7 @@ package suite
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -110,5 +111,37 @@ func TestRerenderMakesOneTableOfSeveralRuns(t *testing.T) {
 	}
 	if _, err := Rerender(paths, out); err == nil || !strings.Contains(err.Error(), "not one table") {
 		t.Fatalf("a quick and a full run must not merge, got %v", err)
+	}
+}
+
+func TestPlansRunThePeerWhereTheReportComparesIt(t *testing.T) {
+	quick, err := PlanFor("quick")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var peers []string
+	for _, f := range quick.Fleets {
+		for _, s := range f.Specs {
+			if s.Peer {
+				peers = append(peers, fmt.Sprintf("N=%d %s", f.Nodes, s.Parallelism.Label))
+			}
+		}
+	}
+	if len(peers) != 1 || !strings.HasPrefix(peers[0], "N=100 ") {
+		t.Fatalf("quick runs the peer in %v: want one scenario at N = 100", peers)
+	}
+	full, err := PlanFor("full")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range full.Fleets {
+		for _, s := range f.Specs {
+			if want := f.Nodes == 100 || f.Nodes == 1000; s.Peer != want {
+				t.Errorf("full, N=%d %s %s: peer %t, want %t", f.Nodes, s.Parallelism.Label, s.Timing.Total(), s.Peer, want)
+			}
+		}
+	}
+	if p := hasPeer(quick.Fleets[0], "bin"); p != "bin" {
+		t.Errorf("hasPeer of the quick fleet %q, want the binary", p)
 	}
 }

@@ -1,0 +1,322 @@
+package peerrun
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/openfuyao/npu-stack/tests/bench/procstat"
+)
+
+// readyTimeout bounds the peer's start on n nodes: its caches, and its
+// first reconcile, which labels a fresh fleet's every node upgrade-done
+// one node at a time.
+func readyTimeout(n int) time.Duration { return 3*time.Minute + time.Duration(n)*200*time.Millisecond }
+
+// ProcessConfig starts npu-peer.
+type ProcessConfig struct {
+	Binary string
+	// Kubeconfig points at the counting proxy.
+	Kubeconfig          string
+	MaxParallelUpgrades int
+	MaxUnavailable      string
+	// LogPath receives the peer's log (the library's and
+	// controller-runtime's); TracePath, if set, its reconciles (JSON
+	// lines).
+	LogPath, TracePath string
+}
+
+// Process is a running npu-peer.
+type Process struct {
+	cfg    ProcessConfig
+	nodes  int
+	cmd    *exec.Cmd
+	logf   *os.File
+	ready  chan struct{}
+	exited chan struct{}
+	err    error // set before exited is closed
+
+	mu      sync.Mutex
+	records []Record
+}
+
+// leaseName is GPU Operator's leader election ID, the runner's Lease.
+const leaseName = "53822513.nvidia.com"
+
+// Start runs npu-peer and waits until it is ready: leader, and a
+// reconcile that found every node upgrade-done (the steady state of a
+// fleet GPU Operator manages; on a fresh fleet its first reconcile puts
+// them there). The Lease a previous peer held is deleted first: GPU
+// Operator does not release it when it stops, and a successor would wait
+// for it to expire.
+func (f *Fleet) Start(ctx context.Context, cfg ProcessConfig) (*Process, error) {
+	err := f.cfg.Client.CoordinationV1().Leases(f.cfg.Namespace).Delete(ctx, leaseName, metav1.DeleteOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return nil, fmt.Errorf("delete the previous peer's Lease: %w", err)
+	}
+	logf, err := os.Create(cfg.LogPath)
+	if err != nil {
+		return nil, fmt.Errorf("peer log: %w", err)
+	}
+	cmd := exec.Command(cfg.Binary, "--kubeconfig="+cfg.Kubeconfig, "--namespace="+f.cfg.Namespace,
+		fmt.Sprintf("--max-parallel-upgrades=%d", cfg.MaxParallelUpgrades), "--max-unavailable="+cfg.MaxUnavailable)
+	cmd.Env = withoutKubeconfig(os.Environ())
+	cmd.Stderr = logf
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		_ = logf.Close()
+		return nil, fmt.Errorf("peer stdout: %w", err)
+	}
+	var trace *os.File
+	if cfg.TracePath != "" {
+		if trace, err = os.Create(cfg.TracePath); err != nil {
+			_ = logf.Close()
+			return nil, fmt.Errorf("peer trace: %w", err)
+		}
+	}
+	if err := cmd.Start(); err != nil {
+		_ = logf.Close()
+		if trace != nil {
+			_ = trace.Close()
+		}
+		return nil, fmt.Errorf("start %s: %w", cfg.Binary, err)
+	}
+	p := &Process{cfg: cfg, nodes: f.cfg.Nodes, cmd: cmd, logf: logf, ready: make(chan struct{}), exited: make(chan struct{})}
+	go func() {
+		var once sync.Once
+		sc := bufio.NewScanner(out)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		for sc.Scan() {
+			if trace != nil {
+				_, _ = trace.Write(append(sc.Bytes(), '\n'))
+			}
+			var r Record
+			if json.Unmarshal(sc.Bytes(), &r) != nil {
+				continue
+			}
+			p.mu.Lock()
+			p.records = append(p.records, r)
+			p.mu.Unlock()
+			if r.Error == "" && r.States[StateDone] == p.nodes && len(r.States) == 1 {
+				once.Do(func() { close(p.ready) })
+			}
+		}
+		if trace != nil {
+			_ = trace.Close()
+		}
+		// Wait only after the last read: it closes the pipe.
+		p.err = cmd.Wait()
+		close(p.exited)
+	}()
+	select {
+	case <-p.ready:
+		return p, nil
+	case <-p.exited:
+		err = fmt.Errorf("npu-peer exited before it was ready: %w; log: %s\n%s", p.err, cfg.LogPath, tail(cfg.LogPath, 15))
+	case <-time.After(readyTimeout(p.nodes)):
+		err = fmt.Errorf("npu-peer not ready after %s (no reconcile found all %d nodes %s); log: %s\n%s", readyTimeout(p.nodes), p.nodes, StateDone, cfg.LogPath, tail(cfg.LogPath, 15))
+	case <-ctx.Done():
+		err = ctx.Err()
+	}
+	_, _ = p.Stop()
+	return nil, err
+}
+
+// Usage is the process's CPU time and peak RSS so far.
+func (p *Process) Usage() (procstat.Usage, error) { return procstat.Read(p.cmd.Process.Pid) }
+
+// Records are the reconciles so far.
+func (p *Process) Records() []Record {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]Record(nil), p.records...)
+}
+
+// Stop ends the process (SIGTERM, as the kubelet stops the operator; then
+// SIGKILL) and returns its reconciles.
+func (p *Process) Stop() ([]Record, error) {
+	defer func() { _ = p.logf.Close() }()
+	select {
+	case <-p.exited:
+	default:
+		_ = p.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-p.exited:
+		case <-time.After(30 * time.Second):
+			_ = p.cmd.Process.Kill()
+			<-p.exited
+		}
+	}
+	if p.err != nil && !signalled(p.err) {
+		return p.Records(), fmt.Errorf("npu-peer: %w", p.err)
+	}
+	return p.Records(), nil
+}
+
+func signalled(err error) bool {
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) {
+		return false
+	}
+	ws, ok := ee.Sys().(syscall.WaitStatus)
+	return ok && ws.Signaled()
+}
+
+// PlannedRequeue is GPU Operator's requeue after every reconcile.
+const PlannedRequeue = 2 * time.Minute
+
+// Upgrade bumps the driver DaemonSet to version and waits until every
+// node is upgrade-done, schedulable, and runs a Ready driver pod of
+// version. It returns when it bumped and the time from the bump to the
+// last of those seen. A peer that exits, or whose nodes' states stop
+// changing for stall, is broken.
+func (p *Process) Upgrade(ctx context.Context, f *Fleet, version string, stall time.Duration) (time.Time, time.Duration, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	w := newDoneWatch(f, version)
+	if err := w.start(ctx); err != nil {
+		return time.Time{}, 0, err
+	}
+	start := time.Now()
+	if err := f.Bump(ctx, version); err != nil {
+		return time.Time{}, 0, err
+	}
+	tick := time.NewTicker(stall / 4)
+	defer tick.Stop()
+	for {
+		select {
+		case at := <-w.done:
+			return start, at.Sub(start), nil
+		case <-p.exited:
+			return start, time.Since(start), fmt.Errorf("npu-peer exited during the upgrade (%s): %w; log: %s\n%s", w.status(), p.err, p.cfg.LogPath, tail(p.cfg.LogPath, 15))
+		case <-ctx.Done():
+			return start, time.Since(start), fmt.Errorf("peer upgrade to %s (%s): %w", version, w.status(), ctx.Err())
+		case <-tick.C:
+			if idle := w.idle(); idle > stall {
+				return start, time.Since(start), fmt.Errorf("the peer's upgrade to %s stalled: no node changed state for %s (%s); log: %s", version, idle.Round(time.Second), w.status(), p.cfg.LogPath)
+			}
+		}
+	}
+}
+
+// doneWatch follows the nodes and the driver pods until the upgrade is
+// complete on every node.
+type doneWatch struct {
+	f       *Fleet
+	version string
+	done    chan time.Time
+	nodes   cache.Indexer
+	pods    cache.Indexer
+
+	mu       sync.Mutex
+	last     string
+	changed  time.Time
+	finished bool
+}
+
+func newDoneWatch(f *Fleet, version string) *doneWatch {
+	return &doneWatch{f: f, version: version, done: make(chan time.Time, 1), changed: time.Now()}
+}
+
+func (w *doneWatch) start(ctx context.Context) error {
+	c := w.f.cfg.Client
+	nf := informers.NewSharedInformerFactoryWithOptions(c, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+		o.LabelSelector = w.f.cfg.NodeSelector.String()
+	}))
+	pf := informers.NewSharedInformerFactoryWithOptions(c, 0, informers.WithNamespace(w.f.cfg.Namespace), informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+		o.LabelSelector = labels.Set{"app": driverApp}.String()
+	}))
+	ni, pi := nf.Core().V1().Nodes().Informer(), pf.Core().V1().Pods().Informer()
+	w.nodes, w.pods = ni.GetIndexer(), pi.GetIndexer()
+	h := cache.ResourceEventHandlerFuncs{AddFunc: func(any) { w.check() }, UpdateFunc: func(_, _ any) { w.check() }, DeleteFunc: func(any) { w.check() }}
+	for _, inf := range []cache.SharedIndexInformer{ni, pi} {
+		if _, err := inf.AddEventHandler(h); err != nil {
+			return fmt.Errorf("peer upgrade watch: %w", err)
+		}
+	}
+	nf.Start(ctx.Done())
+	pf.Start(ctx.Done())
+	if !cache.WaitForCacheSync(ctx.Done(), ni.HasSynced, pi.HasSynced) {
+		return fmt.Errorf("peer upgrade watch: informers did not sync: %w", ctx.Err())
+	}
+	return nil
+}
+
+// check counts the nodes done and the nodes per library state.
+func (w *doneWatch) check() {
+	now := time.Now()
+	ready := map[string]bool{}
+	for _, o := range w.pods.List() {
+		p := o.(*corev1.Pod)
+		if p.DeletionTimestamp == nil && p.Annotations[VersionAnnotation] == w.version && condition(p, corev1.PodReady) {
+			ready[p.Spec.NodeName] = true
+		}
+	}
+	states := map[string]int{}
+	done, nodes := 0, 0
+	for _, o := range w.nodes.List() {
+		n := o.(*corev1.Node)
+		nodes++
+		st := n.Labels[StateLabel]
+		states[st]++
+		if st == StateDone && !n.Spec.Unschedulable && ready[n.Name] {
+			done++
+		}
+	}
+	status := fmt.Sprintf("%d of %d nodes done; states %v", done, w.f.cfg.Nodes, states)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if status != w.last {
+		w.last, w.changed = status, now
+	}
+	if !w.finished && done == w.f.cfg.Nodes && nodes == w.f.cfg.Nodes {
+		w.finished = true
+		w.done <- now
+	}
+}
+
+func (w *doneWatch) status() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.last
+}
+
+func (w *doneWatch) idle() time.Duration {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return time.Since(w.changed)
+}
+
+func withoutKubeconfig(env []string) []string {
+	out := env[:0:0]
+	for _, e := range env {
+		if !strings.HasPrefix(e, "KUBECONFIG=") {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+func tail(path string, n int) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return ""
+	}
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	return strings.Join(lines[max(len(lines)-n, 0):], "\n")
+}
