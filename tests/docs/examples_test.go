@@ -131,59 +131,28 @@ func activeDeadline(vals map[string]any) time.Duration {
 	return 7200 * time.Second // chart default
 }
 
-func TestHelmfileExample(t *testing.T) {
-	dir := examplesDir(t)
-	doc := readYAML(t, filepath.Join(dir, "helmfile.yaml"))[0]
-	releases, _ := doc["releases"].([]any)
-	if len(releases) != 1 {
-		t.Fatalf("want one release, got %v", doc["releases"])
-	}
-	rel := releases[0].(map[string]any)
-	if rel["name"] != "npu-stack" || rel["namespace"] != "npu-operator" {
-		t.Errorf("release %v in %v, want npu-stack in npu-operator (the docs' commands assume them)", rel["name"], rel["namespace"])
-	}
-	chart := filepath.Join(dir, rel["chart"].(string))
-	if want := filepath.Join(repoRoot(t), "charts", "npu-stack"); chart != want {
-		t.Errorf("chart %s resolves to %s, want %s", rel["chart"], chart, want)
-	}
-	merged := map[string]any{}
-	for _, v := range rel["values"].([]any) {
-		f := filepath.Join(dir, v.(string))
-		for k, val := range valuesFile(t, f) {
-			merged[k] = val
-		}
-	}
-	render(t, "helmfile values", merged)
-	if timeout, _ := rel["timeout"].(float64); time.Duration(timeout)*time.Second < activeDeadline(merged) {
-		t.Errorf("helmfile timeout %vs is shorter than hooks.activeDeadlineSeconds %s", timeout, activeDeadline(merged))
-	}
-	if rel["atomic"] == true {
-		t.Error("atomic: true would roll the fleet back on a failed node")
-	}
-}
-
 func TestFluxExample(t *testing.T) {
 	docs := readYAML(t, filepath.Join(examplesDir(t), "flux-helmrelease.yaml"))
 	var repo, hr map[string]any
 	for _, d := range docs {
 		switch d["kind"] {
-		case "GitRepository":
+		case "OCIRepository":
 			repo = d
 		case "HelmRelease":
 			hr = d
 		}
 	}
 	if repo == nil || hr == nil {
-		t.Fatalf("want a GitRepository and a HelmRelease, got %d documents", len(docs))
+		t.Fatalf("want an OCIRepository and a HelmRelease, got %d documents", len(docs))
 	}
 	if hr["apiVersion"] != "helm.toolkit.fluxcd.io/v2" || repo["apiVersion"] != "source.toolkit.fluxcd.io/v1" {
 		t.Errorf("API versions %v, %v", hr["apiVersion"], repo["apiVersion"])
 	}
-	if c := get(hr, "spec", "chart", "spec", "chart"); c != "./charts/npu-stack" {
-		t.Errorf("chart %v, want ./charts/npu-stack", c)
+	if u := get(repo, "spec", "url"); u != "oci://ghcr.io/openfuyao/charts/npu-stack" {
+		t.Errorf("OCIRepository url %v, want the published chart", u)
 	}
-	if n := get(hr, "spec", "chart", "spec", "sourceRef", "name"); n != get(repo, "metadata", "name") {
-		t.Errorf("sourceRef %v does not name the GitRepository %v", n, get(repo, "metadata", "name"))
+	if k, n := get(hr, "spec", "chartRef", "kind"), get(hr, "spec", "chartRef", "name"); k != "OCIRepository" || n != get(repo, "metadata", "name") {
+		t.Errorf("chartRef %v/%v does not name the OCIRepository %v", k, n, get(repo, "metadata", "name"))
 	}
 	if get(hr, "spec", "targetNamespace") != "npu-operator" || get(hr, "spec", "releaseName") != "npu-stack" {
 		t.Error("want release npu-stack in npu-operator (the docs' commands assume them)")

@@ -64,17 +64,18 @@ func newHelmCLI(t *testing.T, s *stack, engine string) *helmCLI {
 // run execs the CLI with the test cluster's kubeconfig and a HOME of its
 // own (helm's cache and registry config).
 func (h *helmCLI) run(ctx context.Context, args ...string) (string, error) {
-	return runEngine(ctx, h.bin, filepath.Dir(h.bin), args...)
+	return runEngine(ctx, h.bin, filepath.Dir(h.bin), nil, args...)
 }
 
 // runEngine execs bin with the test cluster's kubeconfig, pathDir and
-// the control plane's binaries (kubectl) first on PATH.
-func runEngine(ctx context.Context, bin, pathDir string, args ...string) (string, error) {
+// the control plane's binaries (kubectl) first on PATH, and extraEnv.
+func runEngine(ctx context.Context, bin, pathDir string, extraEnv []string, args ...string) (string, error) {
 	cmd := exec.CommandContext(ctx, bin, args...)
 	home := filepath.Join(env.Dir, "home-"+filepath.Base(pathDir))
 	cmd.Env = append(os.Environ(), "KUBECONFIG="+env.Kubeconfig, "HOME="+home, "HELM_CACHE_HOME="+filepath.Join(home, "cache"),
 		"HELM_CONFIG_HOME="+filepath.Join(home, "config"), "HELM_DATA_HOME="+filepath.Join(home, "data"),
 		"PATH="+pathDir+":"+env.BinDir+":"+os.Getenv("PATH"))
+	cmd.Env = append(cmd.Env, extraEnv...)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Run(); err != nil {

@@ -91,6 +91,9 @@ func newUp(stateDir *string) *cobra.Command {
 			if err := os.WriteFile(filepath.Join(*stateDir, "registry"), []byte(env.Registry.Host+"\n"), 0o644); err != nil {
 				return err
 			}
+			if err := os.WriteFile(filepath.Join(*stateDir, "chart-version"), []byte(env.Product.ChartVersion+"\n"), 0o644); err != nil {
+				return err
+			}
 			<-ctx.Done()
 			fmt.Println("stopping cluster")
 			return nil
