@@ -15,6 +15,13 @@ up)
 		echo "cluster already running (pid $(cat "$pidfile")); stop it with: make cluster-down"
 	else
 		go build -o "$root/bin/npu-cluster" "$root/tests/cmd/npu-cluster"
+		# The GitOps engines asked for, built once into .cache/engines.
+		engines=()
+		[[ " ${CLUSTER_ARGS:-} " == *" --flux "* ]] && engines+=(flux)
+		[[ " ${CLUSTER_ARGS:-} " == *" --argocd "* ]] && engines+=(helm4 argocd)
+		if ((${#engines[@]})); then
+			bash "$root/ci/build-engines.sh" "${engines[@]}"
+		fi
 		rm -f "$state/ready"
 		cd "$root"
 		# shellcheck disable=SC2086 # CLUSTER_ARGS holds several flags

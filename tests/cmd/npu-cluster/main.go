@@ -37,6 +37,7 @@ func newUp(stateDir *string) *cobra.Command {
 	var kwokNodes, procNodes, registryPort int
 	var chip string
 	var driverVersions []string
+	var flux, argocd bool
 	cmd := &cobra.Command{
 		Use:   "up",
 		Short: "start the cluster and keep it running until SIGTERM or SIGINT",
@@ -81,6 +82,15 @@ func newUp(stateDir *string) *cobra.Command {
 					return err
 				}
 			}
+			stopEngines, err := startEngines(startCtx, env, flux, argocd)
+			defer func() {
+				if err := stopEngines(); err != nil {
+					fmt.Fprintf(os.Stderr, "npu-cluster: stop engines: %v\n", err)
+				}
+			}()
+			if err != nil {
+				return err
+			}
 			kubeconfig, _ := filepath.Abs(env.Kubeconfig)
 			ready := filepath.Join(*stateDir, "ready")
 			if err := os.WriteFile(ready, []byte(kubeconfig+"\n"), 0o644); err != nil {
@@ -104,6 +114,8 @@ func newUp(stateDir *string) *cobra.Command {
 	cmd.Flags().StringVar(&chip, "chip", "910b", "NPU chip of the nodes")
 	cmd.Flags().IntVar(&registryPort, "registry-port", 5000, "loopback port of the cluster's OCI registry (0: any free port)")
 	cmd.Flags().StringSliceVar(&driverVersions, "driver-versions", []string{"25.3.0", "25.5.0"}, "driver versions whose images (default profile) are copied into the registry at start")
+	cmd.Flags().BoolVar(&flux, "flux", false, "also run Flux's helm-controller, the chart served as ExternalArtifact flux-system/npu-stack (make engines first)")
+	cmd.Flags().BoolVar(&argocd, "argocd", false, "also run Argo CD's application controller, repo server and redis in namespace argocd (make engines first)")
 	return cmd
 }
 
