@@ -83,18 +83,17 @@ func shCommands(t *testing.T) []docCommand {
 // notRunHere lists, by prefix, the documented commands this test does not
 // run, and why. Everything else in a ```sh block must exit 0.
 var notRunHere = []struct{ prefix, why string }{
-	{"helm ", "changes or reads a Helm release with the helm CLI, which the tests do not build; install, upgrade and rollback run through the Helm SDK in tests/e2e and `make demo`, the install here"},
-	{"helmfile ", "helmfile CLI (not built by the tests); the example file is checked by TestHelmfileExample"},
+	{"helm ", "changes or reads a Helm release; the helm v3 and v4 CLIs run install, upgrade and rollback in tests/e2e (TestHelm3CLIStory, TestHelm4CLIStory)"},
+	{"helmfile ", "the example file is synced by the real helmfile in tests/e2e (TestHelmfileStory)"},
 	{"make ", "a make target: `make test` runs this test, `make demo` is the demo, `make cluster`/`cluster-down` start and stop the local cluster (this test runs its own control plane)"},
 	{"export ", "this test sets KUBECONFIG and PATH itself"},
-	{"H3=", "builds a CLI from the Go module proxy (minutes)"},
-	{"GOBIN=", "builds a CLI from the Go module proxy (minutes)"},
-	{"d=$(go mod download", "builds a CLI from the Go module proxy (minutes)"},
-	{`(cd "$d"`, "builds a CLI from the Go module proxy (minutes)"},
 	{"skopeo ", "copies images from the vendors' registries, which this machine cannot reach; the test bed pushes stand-ins of them (tests/testbed/standin.go)"},
 	{"bin/npu-cluster ", "injects a fault into `make cluster`'s simulated host; wedge detection and recovery are tested in tests/health and tests/reboot"},
-	{"kubectl apply -n argocd ", "needs Argo CD's CRDs; the file is checked by TestArgoCDExample"},
-	{"kubectl apply -f docs/examples/flux-", "needs Flux's CRDs; the file is checked by TestFluxExample"},
+	{"kubectl apply -n argocd ", "needs Argo CD; tests/e2e TestArgoCDStory applies the file to the real Argo CD"},
+	{"kubectl -n argocd ", "needs Argo CD (make cluster CLUSTER_ARGS=--argocd); TestArgoCDStory drives the real one"},
+	{"kubectl apply -f docs/examples/flux-", "needs Flux; tests/e2e TestFluxStory applies the file's HelmRelease to the real helm-controller"},
+	{"kubectl -n flux-system ", "needs Flux (make cluster CLUSTER_ARGS=--flux); TestFluxStory drives the real helm-controller"},
+	{"kubectl create namespace npu-operator", "this test's install already created it"},
 }
 
 func skipReason(cmd string) string {

@@ -169,13 +169,25 @@ func TestFluxExample(t *testing.T) {
 }
 
 func TestArgoCDExample(t *testing.T) {
-	app := readYAML(t, filepath.Join(examplesDir(t), "argocd-application.yaml"))[0]
-	if app["kind"] != "Application" || app["apiVersion"] != "argoproj.io/v1alpha1" {
-		t.Fatalf("not an Argo CD Application: %v %v", app["apiVersion"], app["kind"])
+	var app, repo map[string]any
+	for _, d := range readYAML(t, filepath.Join(examplesDir(t), "argocd-application.yaml")) {
+		switch d["kind"] {
+		case "Application":
+			app = d
+		case "Secret":
+			repo = d
+		}
 	}
-	path, _ := get(app, "spec", "source", "path").(string)
-	if _, err := os.Stat(filepath.Join(repoRoot(t), path, "Chart.yaml")); err != nil || path != "charts/npu-stack" {
-		t.Errorf("source.path %q is not the chart: %v", path, err)
+	if app == nil || app["apiVersion"] != "argoproj.io/v1alpha1" {
+		t.Fatalf("no Argo CD Application in the example")
+	}
+	url := get(app, "spec", "source", "repoURL")
+	if url != "ghcr.io/openfuyao/charts" || get(app, "spec", "source", "chart") != "npu-stack" {
+		t.Errorf("source %v chart %v, want the published chart", url, get(app, "spec", "source", "chart"))
+	}
+	if repo == nil || get(repo, "stringData", "url") != url || get(repo, "stringData", "enableOCI") != "true" ||
+		get(repo, "metadata", "labels", "argocd.argoproj.io/secret-type") != "repository" {
+		t.Errorf("the repository Secret must declare %v an OCI Helm repository: %v", url, repo)
 	}
 	if get(app, "spec", "source", "helm", "releaseName") != "npu-stack" || get(app, "spec", "destination", "namespace") != "npu-operator" {
 		t.Error("want release npu-stack in npu-operator (the docs' commands assume them)")

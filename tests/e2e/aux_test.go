@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/openfuyao/npu-stack/internal/chartpkg"
+	"github.com/openfuyao/npu-stack/tests/testbed"
 )
 
 // draName is the stand-in DRA kubelet plugin's chart, release and
@@ -29,7 +30,8 @@ func (c *auxChart) Ref() string { return c.Repo + "/" + c.Name }
 // bed's registry.
 func publishDRAChart(ctx context.Context, t *testing.T) *auxChart {
 	t.Helper()
-	c := &auxChart{Name: draName, Version: "0.1.0", Repo: "oci://" + env.Registry.Host + "/test/charts"}
+	// Beside ours: one repository for Argo CD to trust.
+	c := &auxChart{Name: draName, Version: "0.1.0", Repo: "oci://" + env.Registry.Host + "/" + testbed.ChartRepositoryPath}
 	var err error
 	if c.Archive, err = chartpkg.Package(filepath.Join("testdata", draName), c.Version, t.TempDir()); err != nil {
 		t.Fatal(err)

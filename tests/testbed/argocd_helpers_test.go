@@ -11,48 +11,23 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/restmapper"
-	"k8s.io/client-go/tools/cache"
 
 	"github.com/openfuyao/npu-stack/tests/testbed"
 )
 
-// argoWaitApp watches the Application until cond holds for it, reporting its
-// sync, health and operation state on timeout.
-func argoWaitApp(ctx context.Context, t *testing.T, apps dynamic.ResourceInterface, name, what string, cond func(*unstructured.Unstructured) bool) *unstructured.Unstructured {
+// argoWaitApp waits for cond on the Application, failing the test with
+// its state on timeout.
+func argoWaitApp(ctx context.Context, t *testing.T, argo *testbed.ArgoCD, name, what string, cond func(*unstructured.Unstructured) bool) *unstructured.Unstructured {
 	t.Helper()
-	lw := &cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", name).String()
-			return apps.List(ctx, o)
-		},
-		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", name).String()
-			return apps.Watch(ctx, o)
-		},
-	}
-	var got *unstructured.Unstructured
-	err := testbed.WaitFor(ctx, lw, &unstructured.Unstructured{}, func(as []*unstructured.Unstructured) (bool, error) {
-		if len(as) != 1 {
-			return false, nil
-		}
-		got = as[0]
-		return cond(got), nil
-	})
+	got, err := argo.WaitApplication(ctx, name, func(a *unstructured.Unstructured) (bool, error) { return cond(a), nil })
 	if err != nil {
-		state := "no Application"
-		if got != nil {
-			state = argoAppState(got)
-		}
-		t.Fatalf("waiting for %s: %v; last seen: %s", what, err, state)
+		t.Fatalf("waiting for %s: %v", what, err)
 	}
-	t.Logf("%s: %s", what, argoAppState(got))
+	t.Logf("%s: %s", what, testbed.ApplicationState(got))
 	return got
 }
 
@@ -62,16 +37,6 @@ func argoSynced(a *unstructured.Unstructured, version string) bool {
 	s := func(f ...string) string { v, _, _ := unstructured.NestedString(a.Object, f...); return v }
 	return s("status", "sync", "status") == "Synced" && s("status", "sync", "revision") == version &&
 		s("status", "health", "status") == "Healthy" && s("status", "operationState", "phase") == "Succeeded"
-}
-
-func argoAppState(a *unstructured.Unstructured) string {
-	s := func(f ...string) string { v, _, _ := unstructured.NestedString(a.Object, f...); return v }
-	conds, _, _ := unstructured.NestedSlice(a.Object, "status", "conditions")
-	// Per-resource health is not in status.resources: Argo CD 3 keeps it
-	// in redis unless --persist-resource-health.
-	return fmt.Sprintf("sync %s at %q, health %s (%s), operation %s (%s), history %d, conditions %v",
-		s("status", "sync", "status"), s("status", "sync", "revision"), s("status", "health", "status"), s("status", "health", "message"),
-		s("status", "operationState", "phase"), s("status", "operationState", "message"), len(argoHistory(a)), conds)
 }
 
 func argoHistory(a *unstructured.Unstructured) []any {

@@ -113,7 +113,7 @@ func TestArgoCDSyncsTheChartFromTheRegistry(t *testing.T) {
 		t.Fatalf("create Application: %v", err)
 	}
 
-	first := argoWaitApp(ctx, t, apps, appName, "the first sync", func(a *unstructured.Unstructured) bool {
+	first := argoWaitApp(ctx, t, argo, appName, "the first sync", func(a *unstructured.Unstructured) bool {
 		return argoSynced(a, env.Product.ChartVersion) && len(argoHistory(a)) >= 1
 	})
 	argoCheckHooks(t, first, "first sync")
@@ -128,7 +128,7 @@ func TestArgoCDSyncsTheChartFromTheRegistry(t *testing.T) {
 	if _, err := apps.Patch(ctx, appName, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
 		t.Fatalf("patch Application: %v", err)
 	}
-	second := argoWaitApp(ctx, t, apps, appName, "the second sync", func(a *unstructured.Unstructured) bool {
+	second := argoWaitApp(ctx, t, argo, appName, "the second sync", func(a *unstructured.Unstructured) bool {
 		h := argoHistory(a)
 		if !argoSynced(a, env.Product.ChartVersion) || len(h) < 2 {
 			return false
@@ -154,7 +154,7 @@ func TestArgoCDSyncsTheChartFromTheRegistry(t *testing.T) {
 	if err := svcs.Delete(ctx, svc.Name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	third := argoWaitApp(ctx, t, apps, appName, "the self-heal sync", func(a *unstructured.Unstructured) bool {
+	third := argoWaitApp(ctx, t, argo, appName, "the self-heal sync", func(a *unstructured.Unstructured) bool {
 		if !argoSynced(a, env.Product.ChartVersion) {
 			return false
 		}
