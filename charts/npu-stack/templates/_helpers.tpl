@@ -141,41 +141,41 @@ events).
 {{- define "npu-stack.rolloutArgs" -}}
 {{- $p := .Values.driver.upgradePolicy -}}
 - rollout
-- --namespace={{ include "npu-stack.namespace" . }}
-- --label-domain={{ .Values.labelDomain }}
-- --npu-node-selector={{ include "npu-stack.selectorString" .Values.npuNodeSelector }}
-- --driver-selector=app=npu-driver-daemonset,app.kubernetes.io/instance={{ .Release.Name }}
-- --auto-upgrade={{ $p.autoUpgrade }}
-- --paused={{ $p.paused }}
-- --max-parallel-upgrades={{ $p.maxParallelUpgrades }}
-- --max-unavailable={{ $p.maxUnavailable }}
-- --max-failures={{ $p.maxFailures }}
-- --canary-selector={{ $p.canarySelector }}
-- --wait-for-completion-selector={{ $p.waitForCompletion.podSelector }}
-- --wait-for-completion-timeout={{ $p.waitForCompletion.timeoutSeconds }}s
-- --npu-pod-deletion-force={{ $p.npuPodDeletion.force }}
-- --npu-pod-deletion-timeout={{ $p.npuPodDeletion.timeoutSeconds }}s
-- --npu-pod-deletion-delete-emptydir={{ $p.npuPodDeletion.deleteEmptyDir }}
-- --drain={{ $p.drain.enable }}
-- --drain-force={{ $p.drain.force }}
-- --drain-selector={{ $p.drain.podSelector }}
-- --drain-timeout={{ $p.drain.timeoutSeconds }}s
-- --drain-delete-emptydir={{ $p.drain.deleteEmptyDir }}
-- --reboot-timeout={{ $p.rebootTimeoutSeconds }}s
+- {{ printf "--namespace=%v" (include "npu-stack.namespace" .) | quote }}
+- {{ printf "--label-domain=%v" .Values.labelDomain | quote }}
+- {{ printf "--npu-node-selector=%v" (include "npu-stack.selectorString" .Values.npuNodeSelector) | quote }}
+- {{ printf "--driver-selector=app=npu-driver-daemonset,app.kubernetes.io/instance=%v" .Release.Name | quote }}
+- {{ printf "--auto-upgrade=%v" $p.autoUpgrade | quote }}
+- {{ printf "--paused=%v" $p.paused | quote }}
+- {{ printf "--max-parallel-upgrades=%v" $p.maxParallelUpgrades | quote }}
+- {{ printf "--max-unavailable=%v" $p.maxUnavailable | quote }}
+- {{ printf "--max-failures=%v" $p.maxFailures | quote }}
+- {{ printf "--canary-selector=%v" $p.canarySelector | quote }}
+- {{ printf "--wait-for-completion-selector=%v" $p.waitForCompletion.podSelector | quote }}
+- {{ printf "--wait-for-completion-timeout=%vs" $p.waitForCompletion.timeoutSeconds | quote }}
+- {{ printf "--npu-pod-deletion-force=%v" $p.npuPodDeletion.force | quote }}
+- {{ printf "--npu-pod-deletion-timeout=%vs" $p.npuPodDeletion.timeoutSeconds | quote }}
+- {{ printf "--npu-pod-deletion-delete-emptydir=%v" $p.npuPodDeletion.deleteEmptyDir | quote }}
+- {{ printf "--drain=%v" $p.drain.enable | quote }}
+- {{ printf "--drain-force=%v" $p.drain.force | quote }}
+- {{ printf "--drain-selector=%v" $p.drain.podSelector | quote }}
+- {{ printf "--drain-timeout=%vs" $p.drain.timeoutSeconds | quote }}
+- {{ printf "--drain-delete-emptydir=%v" $p.drain.deleteEmptyDir | quote }}
+- {{ printf "--reboot-timeout=%vs" $p.rebootTimeoutSeconds | quote }}
 {{- /* 90% of the Job's hard limit: the rollout stops first and prints its
 summary (the stuck nodes and their fix) before the Job is killed. */}}
-- --deadline={{ div (mul .Values.hooks.activeDeadlineSeconds 9) 10 }}s
+- {{ printf "--deadline=%vs" (div (mul .Values.hooks.activeDeadlineSeconds 9) 10) | quote }}
 {{- if .Values.devicePlugin.enabled }}
-- --reroll={{ include "npu-stack.namespace" . }}/{{ include "npu-stack.fullname" . }}-device-plugin
+- {{ printf "--reroll=%s/%s-device-plugin" (include "npu-stack.namespace" .) (include "npu-stack.fullname" .) | quote }}
 {{- end }}
 {{- if .Values.exporter.enabled }}
-- --reroll={{ include "npu-stack.namespace" . }}/{{ include "npu-stack.fullname" . }}-exporter
+- {{ printf "--reroll=%s/%s-exporter" (include "npu-stack.namespace" .) (include "npu-stack.fullname" .) | quote }}
 {{- end }}
 {{- range $p.rerollTargets }}
 {{- if .name }}
-- --reroll={{ .namespace }}/{{ .name }}
+- {{ printf "--reroll=%s/%s" .namespace .name | quote }}
 {{- else }}
-- --reroll={{ .namespace }}/selector:{{ .selector }}
+- {{ printf "--reroll=%s/selector:%s" .namespace .selector | quote }}
 {{- end }}
 {{- end }}
 {{- end }}
@@ -202,7 +202,7 @@ containers:
     args:
       {{- include "npu-stack.rolloutArgs" .ctx | nindent 6 }}
       {{- range .extraArgs }}
-      - {{ . }}
+      - {{ . | quote }}
       {{- end }}
     env:
       {{- include "npu-stack.goMemLimit" . | nindent 6 }}
