@@ -4,8 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strconv"
 	"testing"
 	"time"
@@ -13,7 +11,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/dynamic"
 
 	"github.com/openfuyao/npu-stack/tests/testbed"
@@ -67,29 +64,15 @@ type argoDeployer struct {
 // version, deploying into the stack's namespace, named name.
 func (d *argoDeployer) exampleApplication(t *testing.T, name, chart, version string) *unstructured.Unstructured {
 	t.Helper()
-	f, err := os.Open(filepath.Join("..", "..", "docs", "examples", "argocd-application.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = f.Close() }()
-	dec := yaml.NewYAMLOrJSONDecoder(f, 4096)
-	for {
-		var o map[string]any
-		if err := dec.Decode(&o); err != nil {
-			t.Fatalf("no Application in the example: %v", err)
-		}
-		if o["kind"] != "Application" {
-			continue
-		}
-		app := &unstructured.Unstructured{Object: o}
-		app.SetName(name)
-		app.SetNamespace(d.argo.Namespace())
-		src := o["spec"].(map[string]any)["source"].(map[string]any)
-		src["repoURL"], src["chart"], src["targetRevision"] = d.argo.ChartRepoURL(), chart, version
-		src["helm"].(map[string]any)["releaseName"] = name
-		o["spec"].(map[string]any)["destination"].(map[string]any)["namespace"] = d.s.ns
-		return app
-	}
+	app := exampleObject(t, "argocd-application.yaml", "Application")
+	app.SetName(name)
+	app.SetNamespace(d.argo.Namespace())
+	spec := app.Object["spec"].(map[string]any)
+	src := spec["source"].(map[string]any)
+	src["repoURL"], src["chart"], src["targetRevision"] = d.argo.ChartRepoURL(), chart, version
+	src["helm"].(map[string]any)["releaseName"] = name
+	spec["destination"].(map[string]any)["namespace"] = d.s.ns
+	return app
 }
 
 func (d *argoDeployer) create(ctx context.Context, t *testing.T, app *unstructured.Unstructured) {
@@ -107,12 +90,12 @@ func (d *argoDeployer) deploy(ctx context.Context, t *testing.T, vals map[string
 		app := d.exampleApplication(t, d.s.release, testbed.ChartName, env.Product.ChartVersion)
 		helm := app.Object["spec"].(map[string]any)["source"].(map[string]any)["helm"].(map[string]any)
 		base, _ := helm["valuesObject"].(map[string]any)
-		d.first = mergeValues(plainJSON(t, base), plainJSON(t, withRegistry(vals)))
+		d.first = mergeValues(normalize(t, base), normalize(t, withRegistry(vals)))
 		helm["valuesObject"] = d.first
 		d.create(ctx, t, app)
 		return d.waiter(ctx, t, d.s.release, d.first, d.syncs)
 	}
-	return d.setValues(ctx, t, mergeValues(plainJSON(t, d.first), plainJSON(t, vals)))
+	return d.setValues(ctx, t, mergeValues(normalize(t, d.first), normalize(t, vals)))
 }
 
 // rollback goes back to the install's values, as reverting the commit
@@ -138,7 +121,7 @@ func (d *argoDeployer) setValues(ctx context.Context, t *testing.T, vals map[str
 func (d *argoDeployer) deployAux(ctx context.Context, t *testing.T, c *auxChart, vals map[string]any) {
 	t.Helper()
 	app := d.exampleApplication(t, c.Name, c.Name, c.Version)
-	app.Object["spec"].(map[string]any)["source"].(map[string]any)["helm"].(map[string]any)["valuesObject"] = plainJSON(t, vals)
+	app.Object["spec"].(map[string]any)["source"].(map[string]any)["helm"].(map[string]any)["valuesObject"] = normalize(t, vals)
 	d.create(ctx, t, app)
 	d.waiter(ctx, t, c.Name, nil, 1)()
 }

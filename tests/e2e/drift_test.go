@@ -3,6 +3,8 @@ package e2e_test
 import (
 	"context"
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"reflect"
 	"strconv"
 	"strings"
@@ -19,6 +21,22 @@ import (
 
 func key(o *unstructured.Unstructured) string {
 	return o.GetKind() + "/" + o.GetNamespace() + "/" + o.GetName()
+}
+
+// exampleObject is the first object of kind in docs/examples/file.
+func exampleObject(t *testing.T, file, kind string) *unstructured.Unstructured {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("..", "..", "docs", "examples", file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range decodeAll(t, string(b)) {
+		if o.GetKind() == kind {
+			return o
+		}
+	}
+	t.Fatalf("no %s in docs/examples/%s", kind, file)
+	return nil
 }
 
 func decodeAll(t *testing.T, manifest string) []*unstructured.Unstructured {
@@ -80,6 +98,8 @@ func assertNoDrift(ctx context.Context, t *testing.T, manifest string) {
 	}
 }
 
+// normalize converts m to the plain JSON types unstructured objects hold
+// (a deep copy: later changes of m do not leak in).
 func normalize(t *testing.T, m map[string]any) map[string]any {
 	t.Helper()
 	b, err := json.Marshal(m)

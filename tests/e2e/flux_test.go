@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strconv"
 	"testing"
 	"time"
@@ -13,7 +12,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/dynamic"
 
 	"github.com/openfuyao/npu-stack/tests/testbed"
@@ -57,28 +55,13 @@ type fluxDeployer struct {
 // source and values replaced, in namespace ns.
 func exampleHelmRelease(t *testing.T, name, ns string) *unstructured.Unstructured {
 	t.Helper()
-	f, err := os.Open(filepath.Join("..", "..", "docs", "examples", "flux-helmrelease.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = f.Close() }()
-	dec := yaml.NewYAMLOrJSONDecoder(f, 4096)
-	for {
-		var o map[string]any
-		if err := dec.Decode(&o); err != nil {
-			t.Fatalf("no HelmRelease in the example: %v", err)
-		}
-		if o["kind"] != "HelmRelease" {
-			continue
-		}
-		hr := &unstructured.Unstructured{Object: o}
-		hr.SetName(name)
-		hr.SetNamespace(ns)
-		spec := o["spec"].(map[string]any)
-		spec["releaseName"], spec["targetNamespace"] = name, ns
-		spec["chartRef"] = map[string]any{"kind": "ExternalArtifact", "name": name, "namespace": ns}
-		return hr
-	}
+	hr := exampleObject(t, "flux-helmrelease.yaml", "HelmRelease")
+	hr.SetName(name)
+	hr.SetNamespace(ns)
+	spec := hr.Object["spec"].(map[string]any)
+	spec["releaseName"], spec["targetNamespace"] = name, ns
+	spec["chartRef"] = map[string]any{"kind": "ExternalArtifact", "name": name, "namespace": ns}
+	return hr
 }
 
 func (d *fluxDeployer) apply(ctx context.Context, t *testing.T, name, archive string, vals map[string]any) {
@@ -88,7 +71,7 @@ func (d *fluxDeployer) apply(ctx context.Context, t *testing.T, name, archive st
 			t.Fatal(err)
 		}
 		hr := exampleHelmRelease(t, name, d.s.ns)
-		hr.Object["spec"].(map[string]any)["values"] = plainJSON(t, vals)
+		hr.Object["spec"].(map[string]any)["values"] = normalize(t, vals)
 		if _, err := d.hrs.Create(ctx, hr, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
@@ -97,7 +80,7 @@ func (d *fluxDeployer) apply(ctx context.Context, t *testing.T, name, archive st
 	// One JSON patch replacing the whole set: one new generation, one
 	// Helm upgrade (a merge patch would merge into the old values, and
 	// clearing them first would be a second upgrade).
-	patch, err := json.Marshal([]map[string]any{{"op": "replace", "path": "/spec/values", "value": plainJSON(t, vals)}})
+	patch, err := json.Marshal([]map[string]any{{"op": "replace", "path": "/spec/values", "value": normalize(t, vals)}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,7 +91,7 @@ func (d *fluxDeployer) apply(ctx context.Context, t *testing.T, name, archive st
 
 func (d *fluxDeployer) deploy(ctx context.Context, t *testing.T, vals map[string]any) func() {
 	t.Helper()
-	vals = plainJSON(t, withRegistry(vals))
+	vals = normalize(t, withRegistry(vals))
 	if d.first == nil {
 		d.first = vals
 	}
@@ -202,21 +185,6 @@ func withRegistry(vals map[string]any) map[string]any {
 	out := map[string]any{"imageRegistry": env.Product.Registry}
 	for k, v := range vals {
 		out[k] = v
-	}
-	return out
-}
-
-// plainJSON converts v to the plain JSON types unstructured objects hold
-// (a deep copy: later changes of the stack's values do not leak in).
-func plainJSON(t *testing.T, v map[string]any) map[string]any {
-	t.Helper()
-	b, err := json.Marshal(v)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out map[string]any
-	if err := json.Unmarshal(b, &out); err != nil {
-		t.Fatal(err)
 	}
 	return out
 }

@@ -232,6 +232,16 @@ func tail(s string, n int) string { return testbed.Tail(s, n) }
 // kubeconfig and the built kubectl first on PATH.
 func kubectl(ctx context.Context, t *testing.T, line string) string {
 	t.Helper()
+	out, err := shell(ctx, line)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// shell is kubectl for goroutines other than the test's: the error
+// carries the command line, its exit code and output.
+func shell(ctx context.Context, line string) (string, error) {
 	cmd := exec.CommandContext(ctx, "sh", "-c", line)
 	cmd.Env = append(os.Environ(), "KUBECONFIG="+env.Kubeconfig, "PATH="+env.BinDir+":"+os.Getenv("PATH"))
 	var out, errOut bytes.Buffer
@@ -239,9 +249,9 @@ func kubectl(ctx context.Context, t *testing.T, line string) string {
 	if err := cmd.Run(); err != nil {
 		var ee *exec.ExitError
 		if errors.As(err, &ee) {
-			t.Fatalf("%s: exit %d\n%s%s", line, ee.ExitCode(), out.String(), errOut.String())
+			return out.String(), fmt.Errorf("%s: exit %d\n%s%s", line, ee.ExitCode(), out.String(), errOut.String())
 		}
-		t.Fatalf("%s: %v", line, err)
+		return out.String(), fmt.Errorf("%s: %w", line, err)
 	}
-	return out.String()
+	return out.String(), nil
 }

@@ -110,11 +110,7 @@ func (s *stack) mirror(ctx context.Context, versions ...string) {
 func (s *stack) waitRebootAsked(ctx context.Context) {
 	s.t.Helper()
 	err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 10*time.Minute, true, func(ctx context.Context) (bool, error) {
-		nodes, err := env.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: s.selector()})
-		if err != nil {
-			return false, nil
-		}
-		for _, n := range nodes.Items {
+		for _, n := range s.listNodes(ctx) {
 			if n.Labels[keys.UpgradeState()] == string(contract.StateRebootRequired) {
 				return true, nil
 			}
@@ -126,30 +122,48 @@ func (s *stack) waitRebootAsked(ctx context.Context) {
 	}
 }
 
+// listNodes lists the stack's nodes; nil on an API error, which the
+// polling callers take as "not yet".
+func (s *stack) listNodes(ctx context.Context) []corev1.Node {
+	nodes, err := env.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: s.selector()})
+	if err != nil {
+		s.t.Logf("list nodes %s: %v", s.selector(), err)
+		return nil
+	}
+	return nodes.Items
+}
+
 // approveEach approves, with the seed's per-node command, each node of
-// the stack that waits for a reboot without an approval, until stopped.
+// the stack that waits for a reboot without an approval, until stopped;
+// stop reports (in the test's goroutine) any approval that failed.
 func (s *stack) approveEach(ctx context.Context) (stop func()) {
 	ctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
+	var failed []error
 	wg.Go(func() {
-		approved := map[string]int{}
+		approved := map[string]bool{}
 		_ = wait.PollUntilContextCancel(ctx, time.Second, true, func(ctx context.Context) (bool, error) {
-			nodes, err := env.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: s.selector()})
-			if err != nil {
-				return false, nil
-			}
-			for _, n := range nodes.Items {
+			for _, n := range s.listNodes(ctx) {
 				_, asked := n.Annotations[keys.ApproveReboot()]
-				if n.Labels[keys.UpgradeState()] != string(contract.StateRebootRequired) || asked || approved[n.Name] > 0 {
+				if n.Labels[keys.UpgradeState()] != string(contract.StateRebootRequired) || asked || approved[n.Name] {
 					continue
 				}
-				approved[n.Name]++
-				kubectl(ctx, s.t, "nodeName="+n.Name+"; kubectl annotate node ${nodeName} npu.openfuyao.com/approve-reboot=true")
+				approved[n.Name] = true
+				if _, err := shell(ctx, "nodeName="+n.Name+"; kubectl annotate node ${nodeName} npu.openfuyao.com/approve-reboot=true"); err != nil {
+					failed = append(failed, err)
+				}
 			}
 			return false, nil
 		})
 	})
-	return func() { cancel(); wg.Wait() }
+	return func() {
+		s.t.Helper()
+		cancel()
+		wg.Wait()
+		for _, err := range failed {
+			s.t.Error(err)
+		}
+	}
 }
 
 // checkSeedVerification runs seed Step 4's node listing verbatim: every

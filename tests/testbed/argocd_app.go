@@ -2,6 +2,7 @@ package testbed
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -49,7 +50,7 @@ func (a *ArgoCD) WaitApplication(ctx context.Context, name string, cond func(*un
 		if got != nil {
 			state = ApplicationState(got)
 		}
-		return got, fmt.Errorf("Application %s/%s: %w (%v); last seen: %s", a.Namespace(), name, err, last, state)
+		return got, fmt.Errorf("waiting for Application %s/%s: %w; last seen: %s", a.Namespace(), name, errors.Join(err, last), state)
 	}
 	return got, nil
 }
