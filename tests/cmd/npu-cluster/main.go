@@ -117,4 +117,3 @@ func newUp(stateDir *string) *cobra.Command {
 	cmd.Flags().BoolVar(&argocd, "argocd", false, "also run Argo CD's application controller, repo server and redis in namespace argocd (make engines first)")
 	return cmd
 }
-
