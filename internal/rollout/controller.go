@@ -35,10 +35,10 @@ const errorBackoff = time.Second
 // decisionPause is how many times a decision's duration the loop waits
 // before the next (pokes coalesce meanwhile). A decision costs CPU in
 // proportion to the nodes and pods; in a large rollout changes come
-// faster than that, and deciding back to back took a core from the API
-// server the rollout waits on (rollout CPU 34 → 53 s over the same
-// N = 1,000 rollout, with no gain). With 4 the loop decides at most a
-// fifth of the time, and a step waits at most four decisions' time more.
+// faster than that, and deciding back to back takes CPU from the API
+// server the rollout waits on, for no gain in wall time. With 4 the loop
+// decides at most a fifth of the time, and a step waits at most four
+// decisions' time more.
 const decisionPause = 4
 
 // Config wires a Controller.

@@ -42,8 +42,8 @@ const (
 // A slow API server delays a bucket but never skips it (a ticker drops
 // the ticks its reader misses): every bucket due by now is renewed, all
 // of them in one batch. Renewing them one after the other, a bucket of a
-// few nodes per round trip, fell behind for good once the round trip
-// grew past the tick under load (86 s late at N = 1,000).
+// few nodes per round trip, falls behind for good once the round trip
+// grows past the tick under load.
 func (s *Sim) heartbeats(ctx context.Context) {
 	buckets := int(s.cfg.HeartbeatEvery / renewTick)
 	t := s.cfg.Clock.NewTicker(renewTick)

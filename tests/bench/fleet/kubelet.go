@@ -34,12 +34,11 @@ import (
 //     mark in status.message. A Running, Ready pod is out of KWOK's
 //     pod-ready stage (kwok-stages.yaml), so KWOK leaves it alone.
 //
-// An earlier simulator let KWOK's pod-ready stage make the started pod
-// Ready. KWOK plays stages with four workers and does not retry a patch
-// the API server rejects: with a thousand nodes rebooting at once its
-// queue, and the simulator's re-writes of starts it had lost, were most of
-// the benchmark's time (5,506 starts written again in one 1,000-node
-// rollout), not the rollout's.
+// The simulator does not leave the start to KWOK's pod-ready stage: KWOK
+// plays stages with four workers and does not retry a patch the API
+// server rejects, so with a thousand nodes rebooting at once its queue,
+// and re-writes of the starts it lost, would set the benchmark's pace
+// rather than the rollout.
 //
 // The driver pod starts once the driver load completes; the others once the
 // driver pod is Ready again after its start (Ready, with this boot's mark)
@@ -52,8 +51,7 @@ import (
 // as their init container holds them, so no decision can see them running
 // since before the driver became ready again. Holding them only from the
 // driver pod's Ready leaves a window where the rollout sees a valid driver
-// and pods started before it, and re-rolls them: measured, 1 to 1.7 pod
-// deletions per node in the quick benchmark.
+// and pods started before it, and re-rolls them.
 //
 // Only pods that exist at boot restart; a pod created afterwards starts
 // fresh through KWOK as usual. First boots restart nothing.
@@ -210,8 +208,8 @@ func conditionTrue(p *corev1.Pod, t corev1.PodConditionType) bool {
 // boot's mark: the start wrote it with Ready in one write), or that are
 // gone. It must not wait for Ready itself: the node lifecycle controller
 // may mark the pod not Ready before the simulator's cache sees the start,
-// and a pod of a restart that is not up is not written Ready back — 145
-// of 5,000 nodes waited on that for good.
+// and a pod of a restart that is not up is not written Ready back: its
+// node would wait for good.
 func (s *Sim) observe(r *restart) {
 	for uid, pr := range r.pods {
 		if !pr.started || pr.up {

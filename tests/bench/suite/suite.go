@@ -45,12 +45,12 @@ type Fleet struct {
 // second and the grace period is six renewal periods: a real fleet of
 // 1,000 nodes has a control plane sized for its 100 renewals a second,
 // the 2-core test machine running the fleet as well does not, and the
-// renewals are not what is measured. At 50 a second the renewals fell
-// behind by 86 s at N = 1,000 and 1,200 s at 5,000 (32 in flight could
-// not keep up with the API server's latency), the node lifecycle
-// controller marked up nodes' pods not Ready, and the Ready written back
-// made the rollout re-roll device plugins: load and writes of the test
-// bed's making, counted against the rollout.
+// renewals are not what is measured. At 50 a second the renewals fall
+// behind on this machine (32 in flight cannot keep up with the API
+// server's latency), the node lifecycle controller marks up nodes' pods
+// not Ready, and the Ready written back makes the rollout re-roll device
+// plugins: load and writes of the test bed's making, counted against the
+// rollout.
 func heartbeat(n int) (every, grace time.Duration) {
 	every = fleet.DefaultHeartbeatEvery
 	if n <= 500 {
