@@ -56,10 +56,12 @@ type Event struct {
 	Message string
 }
 
-// Actions are the changes one decision asks for. The watcher applies the
-// Node patch first, then records a wedge before removing the marker (and
-// restores the marker before clearing the record), so a crash at any point
-// leaves a state from which the next decision converges.
+// Actions are the changes one decision asks for. The watcher records a
+// wedge and removes the marker before any API call (node-local safety
+// first: a node cut off from the API server must not keep offering wedged
+// chips), then applies the Node patch, restores the marker before clearing
+// the record, and emits the Events, so a crash or a failed API call at any
+// point leaves a state from which the next decision converges.
 type Actions struct {
 	// DriverReady, if set, is the new driver-ready label value.
 	DriverReady *bool

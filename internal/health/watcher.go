@@ -86,7 +86,7 @@ func NewWatcher(cfg Config, d Deps) *Watcher {
 	return &Watcher{
 		cfg: cfg, nodes: d.Nodes, host: d.Host, clock: d.Clock, events: d.Events, metrics: d.Metrics,
 		log:    d.Log.WithField("node", cfg.NodeName),
-		prober: Prober{Host: d.Host, Clock: d.Clock, Timeout: cfg.Timeout},
+		prober: NewProber(d.Host, d.Clock, cfg.Timeout),
 	}
 }
 
@@ -140,6 +140,12 @@ func (w *Watcher) stepLogged(ctx context.Context) {
 }
 
 // Step runs one probe and applies the decision.
+//
+// Node-local safety comes first: a wedge takes the marker away (the device
+// plugin and validator stop advertising the chips) before any API call, so
+// a node cut off from the API server, or one whose patch is refused, never
+// keeps offering wedged chips. The Node and the Events follow, decided on a
+// fresh read of the Node; a failed API call is retried at the next probe.
 func (w *Watcher) Step(ctx context.Context) error {
 	_, markerPresent, err := w.cfg.Markers.Ready()
 	if err != nil {
@@ -159,30 +165,81 @@ func (w *Watcher) Step(ctx context.Context) error {
 		return ctx.Err()
 	}
 	obs := Observation{Probe: res, Marker: markerPresent, WedgeRecorded: recorded}
+	prev := w.state
+	local, err := w.withdrawLocally(prev, obs)
+	if err != nil {
+		return err
+	}
 	// The Node may change between our read and our write (the rollout
 	// setting an upgrade reboot); a conditional patch refuses that, and a
 	// fresh read decides again on the same probe.
 	for attempt := 0; ; attempt++ {
 		node, err := w.nodes.Get(ctx, w.cfg.NodeName)
 		if err != nil {
-			return err
+			w.nodeUnreachable(res, obs, local)
+			return fmt.Errorf("node %s: %w; the chips' marker is already in line with the probe, the Node is updated at the next probe once the API server answers (check the API server address and that the health-watch ServiceAccount may get and patch nodes)", w.cfg.NodeName, err)
 		}
 		obs.Node = w.view(node)
-		st, acts := Decide(w.cfg.Policy, w.state, obs)
+		st, acts := Decide(w.cfg.Policy, prev, obs)
 		w.logProbe(res, st, obs)
 		err = w.apply(ctx, node, res, acts)
 		if apierrors.IsConflict(err) && attempt < 3 {
 			continue
 		}
-		if res.OK && w.state.Failures > 0 && !acts.WithdrawRecovery && !acts.RestoreMarker {
+		if res.OK && prev.Failures > 0 && !acts.WithdrawRecovery && !acts.RestoreMarker {
 			// Worth a line: a flaky chip shows up here long before it wedges.
-			w.log.WithField("failures", w.state.Failures).Info("chip probe passed again below the failure threshold; no action")
+			w.log.WithField("failures", prev.Failures).Info("chip probe passed again below the failure threshold; no action")
 		}
 		w.state = st
-		w.markerSeen = (markerPresent || acts.RestoreMarker) && !acts.RemoveMarker
+		w.markerSeen = (markerPresent || acts.RestoreMarker) && !acts.RemoveMarker && !local.RemoveMarker
 		w.metrics.observe(res, st, (recorded || acts.RecordWedge || obs.Node.RecoveryRequested() || acts.RequestRecovery) && !acts.ClearWedge && !acts.WithdrawRecovery)
-		return err
+		if err != nil {
+			return fmt.Errorf("node %s: %w; retried at the next probe", w.cfg.NodeName, err)
+		}
+		return nil
 	}
+}
+
+// localDecision is what one probe decides before the Node is read.
+type localDecision struct {
+	State
+	Actions
+}
+
+// withdrawLocally decides on the probe and the marker directory alone (as
+// if the Node asked for nothing) and carries out only what takes readiness
+// away: record the wedge, then remove the marker. Giving readiness back
+// waits for the Node (apply), so a node never advertises chips that its
+// Node still reports wedged. Without the Node a wedge is seen at the
+// threshold or from this boot's record, never earlier than Decide on the
+// fresh Node would see it, so this never removes a marker that the full
+// decision would keep.
+func (w *Watcher) withdrawLocally(prev State, obs Observation) (localDecision, error) {
+	st, acts := Decide(w.cfg.Policy, prev, obs)
+	d := localDecision{State: st, Actions: Actions{RecordWedge: acts.RecordWedge, RemoveMarker: acts.RemoveMarker}}
+	m := w.cfg.Markers
+	if d.RecordWedge {
+		if err := m.RecordWedge(obs.Probe.Reason); err != nil {
+			return d, fmt.Errorf("node %s: record the wedge in %s: %w; check that the marker directory is writable", w.cfg.NodeName, m.Path, err)
+		}
+	}
+	if d.RemoveMarker {
+		if err := m.ClearReady(); err != nil {
+			return d, fmt.Errorf("node %s: remove the driver-ready marker %s: %w; check that the marker directory is writable", w.cfg.NodeName, m.ReadyFile(), err)
+		}
+		w.log.WithField("reason", obs.Probe.Reason).Warn("chips wedged: driver-ready marker removed; updating the Node next")
+	}
+	return d, nil
+}
+
+// nodeUnreachable keeps what this probe counted although the Node could not
+// be read, so that failures go on counting towards the threshold while the
+// API server is away.
+func (w *Watcher) nodeUnreachable(res Result, obs Observation, local localDecision) {
+	w.logProbe(res, local.State, obs)
+	w.state = local.State
+	w.markerSeen = obs.Marker && !local.RemoveMarker
+	w.metrics.observe(res, local.State, (obs.WedgeRecorded || local.RecordWedge) && !local.ClearWedge)
 }
 
 func (w *Watcher) expectedChips() (int, error) {
@@ -215,7 +272,9 @@ func (w *Watcher) logProbe(r Result, st State, obs Observation) {
 }
 
 // apply carries out acts: Node first, then the marker files in an order
-// that Decide can resume from after a crash, then the Events.
+// that Decide can resume from after a crash, then the Events. Taking the
+// marker away has mostly been done already (withdrawLocally); doing it
+// again is harmless, and covers a wedge that only the Node revealed.
 func (w *Watcher) apply(ctx context.Context, node *corev1.Node, r Result, acts Actions) error {
 	if acts.Empty() {
 		return nil

@@ -13,7 +13,9 @@ import (
 func RunSMI(ctx context.Context, st State, args ...string) ([]byte, error) {
 	cmd := "npu-smi " + strings.Join(args, " ")
 	switch st.SMIMode {
-	case SMIHang:
+	case SMIHang, SMIStuck:
+		// Without the host to watch, a stuck npu-smi (Host.NPUSMI) can
+		// only be modelled as a hang.
 		<-ctx.Done()
 		return nil, fmt.Errorf("%s: %w", cmd, ctx.Err())
 	case SMIFail:

@@ -17,6 +17,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"syscall"
 	"time"
 
@@ -34,6 +35,10 @@ const (
 	SMIHang   SMIMode = "hang" // never returns until the caller gives up
 	SMIFail   SMIMode = "fail" // exits non-zero like a driver that lost its chips
 	SMIRaw    SMIMode = "raw"  // prints State.SMIOutput verbatim
+	// SMIStuck is npu-smi in uninterruptible sleep on a wedged device: it
+	// ignores the caller's cancellation as the real one ignores SIGKILL,
+	// and returns (failing) only once the harness sets another mode.
+	SMIStuck SMIMode = "stuck"
 )
 
 // State is the whole simulated machine.
@@ -265,7 +270,29 @@ func (h *Host) NPUSMI(ctx context.Context, args ...string) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	if st.SMIMode == SMIStuck {
+		return nil, h.stuck(args)
+	}
 	return RunSMI(ctx, st, args...)
+}
+
+// stuckPoll is how often a stuck npu-smi looks whether the harness freed it.
+const stuckPoll = 50 * time.Millisecond
+
+// stuck blocks, deaf to any context, until the mode is no longer SMIStuck.
+func (h *Host) stuck(args []string) error {
+	tick := time.NewTicker(stuckPoll)
+	defer tick.Stop()
+	for range tick.C {
+		st, err := h.State()
+		if err != nil {
+			return err
+		}
+		if st.SMIMode != SMIStuck {
+			break
+		}
+	}
+	return fmt.Errorf("npu-smi %s: was stuck in uninterruptible sleep until the device came back", strings.Join(args, " "))
 }
 
 func (h *Host) read() (State, error) {

@@ -170,3 +170,36 @@ func TestRebootAcceptsSystemdAndTheSystemctlAlias(t *testing.T) {
 		}
 	}
 }
+
+// A stuck npu-smi ignores its context, as one in uninterruptible sleep
+// ignores SIGKILL, and returns (failing) only when the harness frees it.
+func TestStuckSMIIgnoresCancellation(t *testing.T) {
+	h := newHost(t, Spec{Chip: "910b", ChipCount: 2, Driver: "25.3.0"})
+	if err := h.SetSMI(SMIStuck, "", 0); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	done := make(chan error, 1)
+	go func() { _, err := h.NPUSMI(ctx, "info"); done <- err }()
+	// Let it see its cancelled context at least once (several polls).
+	for i := 0; i < 3; i++ {
+		st, _ := h.State()
+		select {
+		case err := <-done:
+			t.Fatalf("stuck npu-smi returned on a cancelled context (%s): %v", st.SMIMode, err)
+		case <-time.After(stuckPoll):
+		}
+	}
+	if err := h.SetSMI(SMINormal, "", 0); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), "stuck") {
+			t.Fatalf("freed npu-smi: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("stuck npu-smi not freed when the mode changed")
+	}
+}
