@@ -101,3 +101,34 @@ func ParseStatus(b []byte) (hwm, rss, anon int64, err error) {
 
 // MiB formats bytes as mebibytes.
 func MiB(b int64) float64 { return float64(b) / (1 << 20) }
+
+// MachineBusy is the CPU time every process of the machine has used since
+// boot (/proc/stat: user, nice, system, irq, softirq, steal; not idle or
+// iowait), to tell the measured cluster's load from the rest of a shared
+// machine's.
+func MachineBusy() (time.Duration, error) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, fmt.Errorf("read /proc/stat: %w", err)
+	}
+	return ParseMachineStat(b)
+}
+
+// ParseMachineStat returns the busy time of the "cpu" line of /proc/stat.
+func ParseMachineStat(b []byte) (time.Duration, error) {
+	line, _, _ := bytes.Cut(b, []byte("\n"))
+	f := strings.Fields(string(line))
+	if len(f) < 9 || f[0] != "cpu" {
+		return 0, fmt.Errorf("malformed /proc/stat: first line %q", line)
+	}
+	var ticks int64
+	// user nice system idle iowait irq softirq steal
+	for _, i := range []int{1, 2, 3, 6, 7, 8} {
+		v, err := strconv.ParseInt(f[i], 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("/proc/stat field %d: %w", i, err)
+		}
+		ticks += v
+	}
+	return time.Duration(ticks) * time.Second / clockTicks, nil
+}

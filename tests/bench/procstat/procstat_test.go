@@ -39,3 +39,21 @@ func TestReadSelf(t *testing.T) {
 		t.Fatalf("usage of this process = %+v", u)
 	}
 }
+
+func TestParseMachineStatCountsBusyTicksOnly(t *testing.T) {
+	// user nice system idle iowait irq softirq steal guest guest_nice
+	stat := []byte("cpu  100 20 30 5000 70 4 6 10 0 0\ncpu0 50 10 15 2500 35 2 3 5 0 0\n")
+	got, err := ParseMachineStat(stat)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := 1700 * time.Millisecond; got != want {
+		t.Fatalf("busy %s, want %s (user+nice+system+irq+softirq+steal = 170 ticks)", got, want)
+	}
+	if _, err := ParseMachineStat([]byte("intr 1 2 3\n")); err == nil {
+		t.Fatal("a file without the cpu line must be refused")
+	}
+	if busy, err := MachineBusy(); err != nil || busy <= 0 {
+		t.Fatalf("this machine's busy time %s, %v", busy, err)
+	}
+}

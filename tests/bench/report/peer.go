@@ -110,14 +110,14 @@ func peerTables(b *strings.Builder, ss []Scenario, library string) {
 		"(what `helm upgrade --wait` waits for) and its rollout; the peer's restart of every driver pod. Writes: every create, update, patch "+
 		"and delete, Events and Lease renewals among them. The peer's time: in reconciles / idle until its planned requeue / "+
 		"idle until a watched change:\n\n", library)
-	b.WriteString("| nodes | parallelism | per-node time | npu-stack (pods replaced + rollout) | peer | npu-stack / peer | writes/node npu-stack / peer (peer's Events, Lease) | LISTs/node npu-stack / peer | peer reconciles (event / requeue) | peer's time: reconciling / requeue wait / rest | peer CPU | peer peak RSS |\n")
+	b.WriteString("| nodes | parallelism | per-node time | npu-stack (pods replaced + rollout) | peer | npu-stack / peer | writes/node npu-stack / peer (peer's Events, Lease) | LISTs/node npu-stack / peer | peer reconciles (event / requeue / retry) | peer's time: reconciling / requeue wait / rest | peer CPU | peer peak RSS |\n")
 	b.WriteString("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, s := range rows {
 		p := s.Peer
-		fmt.Fprintf(b, "| %d | %s (%d) | %s | %s (%s + %s) | %s | %s | %.1f / %.1f (%.1f, %.1f) | %.2f / %.2f | %d (%d / %d) | %s / %s / %s | %s | %.0f MiB |\n",
+		fmt.Fprintf(b, "| %d | %s (%d) | %s | %s (%s + %s) | %s | %s | %.1f / %.1f (%.1f, %.1f) | %.2f / %.2f | %d (%d / %d / %d) | %s / %s / %s | %s | %.0f MiB |\n",
 			s.Nodes, s.Parallelism, s.Effective, fmtSec(s.PerNode), fmtSec(s.FromBump()), fmtSec(s.DriverRollout), fmtSec(s.Wall), fmtSec(p.Wall), fmtRatio(s.PeerRatio()),
 			s.WritesPerNode(), p.WritesPerNode(), p.EventsPerNode(), p.LeaseWritesPerNode(), s.ListsPerNode(), p.ListsPerNode(),
-			p.Reconciles, p.ByTrigger["event"], p.ByTrigger["requeue"], fmtSec(p.Acting), fmtSec(p.WaitRequeue), fmtSec(p.Other),
+			p.Reconciles, p.ByTrigger["event"], p.ByTrigger["requeue"], p.ByTrigger["retry"], fmtSec(p.Acting), fmtSec(p.WaitRequeue), fmtSec(p.Other),
 			fmtSec(p.CPU), p.PeakMB)
 	}
 	b.WriteString("\nAPI requests of the peer per upgraded node, by verb and resource (conflicts in brackets):\n\n")
