@@ -15,7 +15,9 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	appslisters "k8s.io/client-go/listers/apps/v1"
@@ -65,13 +67,17 @@ const DefaultWritesInFlight = 16
 
 // Controller runs the rollout loop on informers.
 type Controller struct {
-	cfg     Config
-	nodes   corelisters.NodeLister
-	pods    cache.Indexer // of *CachedPod
-	dsets   appslisters.DaemonSetLister
-	factory []informers.SharedInformerFactory
-	synced  []cache.InformerSynced
-	wake    chan struct{}
+	cfg   Config
+	nodes corelisters.NodeLister
+	pods  cache.Indexer // of *CachedPod
+	dsets appslisters.DaemonSetLister
+	// dsetIndex is the store behind dsets.
+	dsetIndex cache.Indexer
+	factory   []informers.SharedInformerFactory
+	// informers are those outside a factory (the filtered ones).
+	informers []cache.SharedIndexInformer
+	synced    []cache.InformerSynced
+	wake      chan struct{}
 
 	mu sync.Mutex
 	// evicting holds the nodes with an eviction running.
@@ -104,26 +110,66 @@ func NewController(cfg Config) *Controller {
 		cfg.WritesInFlight = DefaultWritesInFlight
 	}
 	c := &Controller{cfg: cfg, wake: make(chan struct{}, 1), evicting: map[string]bool{}, queued: map[string][]Action{}}
-	slim := informers.WithTransform(slimTransform(cfg.Keys))
-	nodeF := informers.NewSharedInformerFactoryWithOptions(cfg.Client, 0, slim, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-		o.LabelSelector = cfg.NodeSelector.String()
-	}))
-	// Pods and DaemonSets of every namespace: NPU workloads, wait-for
-	// pods and re-roll targets may live anywhere.
-	allF := informers.NewSharedInformerFactoryWithOptions(cfg.Client, 0, slim)
-	c.factory = []informers.SharedInformerFactory{nodeF, allF}
-	ni, pi, di := nodeF.Core().V1().Nodes(), allF.Core().V1().Pods(), allF.Apps().V1().DaemonSets()
-	c.nodes, c.pods, c.dsets = ni.Lister(), pi.Informer().GetIndexer(), di.Lister()
+	transform := slimTransform(cfg.Keys)
+	nodeSelector := labels.Everything()
+	if cfg.NodeSelector != nil {
+		nodeSelector = cfg.NodeSelector
+	}
+	nodeF := informers.NewSharedInformerFactoryWithOptions(cfg.Client, 0, informers.WithTransform(transform),
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = nodeSelector.String() }))
+	ni := nodeF.Core().V1().Nodes()
+	// NPU workloads, wait-for pods and re-roll targets may live in any
+	// namespace, so pods and DaemonSets are watched across namespaces but
+	// cached only if a node view reads them (cacheScope): a cluster's
+	// ordinary workloads would otherwise make up most of the rollout's
+	// memory and wake it on every change.
+	scope := newCacheScope(cfg)
+	pi := c.filteredInformer(&corev1.Pod{}, transform, scope.keepPod, func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+		o.FieldSelector = podFieldSelector
+		return cfg.Client.CoreV1().Pods(metav1.NamespaceAll).List(ctx, o)
+	}, func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+		o.FieldSelector = podFieldSelector
+		return cfg.Client.CoreV1().Pods(metav1.NamespaceAll).Watch(ctx, o)
+	})
+	dsNamespace := scope.daemonSetNamespace()
+	di := c.filteredInformer(&appsv1.DaemonSet{}, transform, scope.keepDaemonSet, func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+		return cfg.Client.AppsV1().DaemonSets(dsNamespace).List(ctx, o)
+	}, func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+		return cfg.Client.AppsV1().DaemonSets(dsNamespace).Watch(ctx, o)
+	})
+	c.factory = []informers.SharedInformerFactory{nodeF}
+	c.nodes, c.pods, c.dsetIndex = ni.Lister(), pi.GetIndexer(), di.GetIndexer()
+	c.dsets = appslisters.NewDaemonSetLister(c.dsetIndex)
 	h := cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(any) { c.poke() },
 		UpdateFunc: func(any, any) { c.poke() },
 		DeleteFunc: func(any) { c.poke() },
 	}
-	for _, inf := range []cache.SharedIndexInformer{ni.Informer(), pi.Informer(), di.Informer()} {
+	for _, inf := range []cache.SharedIndexInformer{ni.Informer(), pi, di} {
 		_, _ = inf.AddEventHandler(h)
 		c.synced = append(c.synced, inf.HasSynced)
 	}
 	return c
+}
+
+// filteredInformer is an informer of example's kind listing and watching
+// through list and watch, caching only what keep accepts, transformed.
+func (c *Controller) filteredInformer(example runtime.Object, transform cache.TransformFunc, keep func(runtime.Object) bool,
+	list cache.ListWithContextFunc, watchFn cache.WatchFuncWithContext) cache.SharedIndexInformer {
+	lw := newFilteredLW(&cache.ListWatch{ListWithContextFunc: list, WatchFuncWithContext: watchFn}, keep)
+	inf := cache.NewSharedIndexInformerWithOptions(lw, example, cache.SharedIndexInformerOptions{
+		Indexers: cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc},
+	})
+	_ = inf.SetTransform(transform) // cannot fail before the informer runs
+	c.informers = append(c.informers, inf)
+	return inf
+}
+
+// CachedKeys are the namespace/name keys of the pods and DaemonSets in
+// the rollout's caches: what it reads of the cluster besides the NPU
+// nodes.
+func (c *Controller) CachedKeys() (pods, daemonSets []string) {
+	return c.pods.ListKeys(), c.dsetIndex.ListKeys()
 }
 
 // poke asks for a new decision; pokes coalesce.
@@ -138,6 +184,9 @@ func (c *Controller) poke() {
 func (c *Controller) Start(ctx context.Context) error {
 	for _, f := range c.factory {
 		f.Start(ctx.Done())
+	}
+	for _, inf := range c.informers {
+		go inf.RunWithContext(ctx)
 	}
 	if !cache.WaitForCacheSync(ctx.Done(), c.synced...) {
 		return fmt.Errorf("informer caches did not sync: %w", ctx.Err())

@@ -4,6 +4,7 @@ import (
 	"strings"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -14,12 +15,10 @@ import (
 )
 
 // slimTransform keeps, of every cached object, only what BuildSnapshot
-// reads. The pod cache holds every pod of the cluster (NPU workloads and
-// re-roll targets may live anywhere), and a full pod is tens of
-// kilobytes (env, volumes, managed fields); the rollout's memory would
-// grow with the cluster's workloads rather than with its NPU nodes.
-// Pods become CachedPods. It is idempotent: a slim object comes out
-// unchanged.
+// reads. The pod cache holds the pods of every NPU node and NPU workload
+// (cacheScope), and a full pod is tens of kilobytes (env, volumes,
+// managed fields). Pods become CachedPods. It is idempotent: a slim
+// object comes out unchanged.
 func slimTransform(k contract.Keys) cache.TransformFunc {
 	return func(obj any) (any, error) {
 		switch o := obj.(type) {
@@ -29,6 +28,8 @@ func slimTransform(k contract.Keys) cache.TransformFunc {
 			return o, nil
 		case *corev1.Node:
 			return slimNode(o, k), nil
+		case *appsv1.DaemonSet:
+			return slimDaemonSet(o), nil
 		case metav1.Object:
 			o.SetManagedFields(nil)
 		}
@@ -38,7 +39,7 @@ func slimTransform(k contract.Keys) cache.TransformFunc {
 
 // CachedPod is what the rollout keeps of a pod: the few fields a node
 // view reads, a fifth of a *corev1.Pod (whose struct alone is 1.2 kB).
-// The pod cache holds every pod of the cluster, so this is most of the
+// The pod cache holds several pods per NPU node, so this is most of the
 // rollout's memory on a large fleet.
 type CachedPod struct {
 	metav1.TypeMeta
@@ -134,5 +135,23 @@ func slimNode(n *corev1.Node, k contract.Keys) *corev1.Node {
 			out.Status.Conditions = []corev1.NodeCondition{{Type: c.Type, Status: c.Status}}
 		}
 	}
+	return out
+}
+
+// slimDaemonSet keeps what a node view and the re-roll targets read:
+// name, namespace, UID, labels, and of the pod template its annotations
+// (the driver's spec version) and node selector (the driver's profile).
+// The rest of the template (containers, volumes, env) is most of a
+// DaemonSet.
+func slimDaemonSet(ds *appsv1.DaemonSet) *appsv1.DaemonSet {
+	out := &appsv1.DaemonSet{
+		TypeMeta: ds.TypeMeta,
+		ObjectMeta: metav1.ObjectMeta{
+			Name: ds.Name, Namespace: ds.Namespace, UID: ds.UID, ResourceVersion: ds.ResourceVersion, Labels: ds.Labels,
+			DeletionTimestamp: ds.DeletionTimestamp,
+		},
+	}
+	out.Spec.Template.Annotations = ds.Spec.Template.Annotations
+	out.Spec.Template.Spec.NodeSelector = ds.Spec.Template.Spec.NodeSelector
 	return out
 }

@@ -97,6 +97,17 @@ func TestCacheKeepsEveryDecisionInput(t *testing.T) {
 	if twice := mustTransform(t, transform, sn.DeepCopy()); !reflect.DeepEqual(twice, sn) {
 		t.Error("slimming a node twice differs from once")
 	}
+
+	// DaemonSets keep what profiles and targets read, not their pod spec.
+	drv.Spec.Template.Spec.Containers = []corev1.Container{{Name: "driver", Image: "registry/driver:2.0"}}
+	slim.Drivers = []*appsv1.DaemonSet{mustTransform(t, transform, drv.DeepCopy()).(*appsv1.DaemonSet)}
+	slim.Targets = []ResolvedTarget{{Name: "ns/dp", DaemonSets: []*appsv1.DaemonSet{mustTransform(t, transform, dp.DeepCopy()).(*appsv1.DaemonSet)}}}
+	if got := BuildSnapshot(slim, v); !reflect.DeepEqual(got, full) {
+		t.Fatalf("snapshot from slim DaemonSets:\n%+v\nfrom the full ones:\n%+v", got.Nodes[0], full.Nodes[0])
+	}
+	if sd := slim.Drivers[0]; sd.Spec.Template.Spec.Containers != nil {
+		t.Errorf("slim DaemonSet keeps its containers: %+v", sd.Spec.Template.Spec)
+	}
 }
 
 func mustTransform(t *testing.T, f func(any) (any, error), obj any) any {
