@@ -105,3 +105,10 @@ func (k Keys) DriverSpecVersion() string { return k.key("driver-version") }
 // requester may clear reboot-reason after the boot before the rebooter
 // completes the reboot.
 func (k Keys) RebootStartedReason() string { return k.key("driver-upgrade.reboot-started-reason") }
+
+// RebootedFromBootID is the boot ID the node's last completed reboot
+// left, written by the rebooter when it clears the reboot marker after
+// the boot. It tells the rollout that the reboot it asked for happened
+// even while the kubelet still reports the old boot ID in the Node's
+// status: the rollout then waits for the kubelet instead of asking again.
+func (k Keys) RebootedFromBootID() string { return k.key("driver-upgrade.rebooted-from-boot-id") }

@@ -333,7 +333,7 @@ func (a *Agent) do(ctx context.Context, node *corev1.Node, act Action, now time.
 			Unschedulable: ptrTo(true),
 			Annotations:   map[string]*string{a.keys.RecoveryCordoned(): kube.Set(contract.True), a.keys.RecoveryWasCordoned(): nil},
 		}
-		if node.Spec.Unschedulable {
+		if act.AdminCordoned {
 			change.Annotations[a.keys.RecoveryWasCordoned()] = kube.Set(contract.True)
 		}
 		if _, err := kube.PatchNodeIf(ctx, a.cfg.Client, node.Name, node.ResourceVersion, change); err != nil {
@@ -349,13 +349,16 @@ func (a *Agent) do(ctx context.Context, node *corev1.Node, act Action, now time.
 		return a.complete(ctx, node, act)
 	case Uncordon:
 		change := kube.NodeChange{Annotations: map[string]*string{a.keys.RecoveryCordoned(): nil, a.keys.RecoveryWasCordoned(): nil}}
-		if node.Annotations[a.keys.RecoveryWasCordoned()] != contract.True {
+		if !act.KeepCordoned {
 			change.Unschedulable = ptrTo(false)
 		}
+		// Conditional on the version decided on: the rollout may take or
+		// let go of its own hold meanwhile, and one of the two owners must
+		// see the other gone to uncordon.
 		if _, err := kube.PatchNodeIf(ctx, a.cfg.Client, node.Name, node.ResourceVersion, change); err != nil {
 			return conflictRetry(err, fmt.Errorf("uncordon node %s after its recovery: %w", node.Name, err))
 		}
-		a.cfg.Log.Info("recovery finished: driver ready, node uncordoned (unless it was cordoned before)")
+		a.cfg.Log.Info("recovery finished: " + act.Why)
 		return 0, nil
 	case Settle:
 		change := kube.NodeChange{Annotations: map[string]*string{a.keys.RebootHistory(): kube.Set(act.History.String())}}
@@ -583,6 +586,9 @@ func (a *Agent) complete(ctx context.Context, node *corev1.Node, act Action) (ti
 			a.keys.RebootFromBootID():    nil,
 			a.keys.RebootStartedAt():     nil,
 			a.keys.RebootStartedReason(): nil,
+			// The rollout reads this to know the reboot it asked for
+			// happened while the kubelet may still report the old boot ID.
+			a.keys.RebootedFromBootID(): kube.Set(from),
 		},
 	}
 	if _, err := kube.PatchNodeIf(ctx, a.cfg.Client, node.Name, node.ResourceVersion, change); err != nil {

@@ -131,6 +131,11 @@ type Action struct {
 	Record          bool // write the bookkeeping (false: already recorded)
 	Drain           bool // evict NPU pods first (recovery)
 	ConsumeApproval bool // remove the approval in the same patch
+	// For Cordon: record that an admin had cordoned the node before.
+	// For Uncordon: leave the node cordoned (an admin cordoned it, or the
+	// rollout still holds it) and only let go of the recovery's hold.
+	AdminCordoned bool
+	KeepCordoned  bool
 	// History is the loop guard's annotation to write: for Reboot with
 	// Record, the judged history with this reboot's entry added; for
 	// Settle, the history with past reboots judged.
@@ -156,11 +161,11 @@ func Decide(f Facts, p Policy, now time.Time) Action {
 		if a, ok := settle(n, k); ok {
 			return a
 		}
-		if n.Annotations[k.RecoveryCordoned()] == contract.True {
+		if owners := k.Cordon(n.Labels, n.Annotations); owners.Recovery {
 			if n.Labels[k.DriverReady()] != contract.True {
 				return Action{Kind: Wait, Cause: CauseDriverReady, Why: fmt.Sprintf("recovery reboot done; node stays cordoned until %s=true", k.DriverReady())}
 			}
-			return Action{Kind: Uncordon, Why: fmt.Sprintf("recovery done and %s=true", k.DriverReady())}
+			return uncordon(owners, k)
 		}
 		return Action{Kind: Idle, Why: "no reboot pending"}
 	}
@@ -234,8 +239,8 @@ func Decide(f Facts, p Policy, now time.Time) Action {
 	if !f.SlotHeld {
 		return Action{Kind: AcquireSlot, Reason: reason, Why: "authorised; needs a reboot slot"}
 	}
-	if reason == contract.ReasonRecovery && n.Annotations[k.RecoveryCordoned()] != contract.True {
-		return Action{Kind: Cordon, Reason: reason, Why: "recovery reboot: cordon before evicting NPU pods"}
+	if owners := k.Cordon(n.Labels, n.Annotations); reason == contract.ReasonRecovery && !owners.Recovery {
+		return cordon(n, owners, k)
 	}
 	// An approval is good for the node's next reboot, whoever authorised
 	// it: spend it now so that it cannot authorise a later one.
@@ -243,6 +248,35 @@ func Decide(f Facts, p Policy, now time.Time) Action {
 	return Action{Kind: Reboot, Reason: reason, Record: true, Drain: reason == contract.ReasonRecovery, ConsumeApproval: approved,
 		History: p.Budget.Record(history, entry),
 		Why:     fmt.Sprintf("reboot (reason=%s, for %s) authorised by %s", reasonText(reason), entry.Purpose(), authority(auto, reason))}
+}
+
+// cordon takes the node's cordon for a recovery reboot. A node the
+// rollout holds is cordoned by the rollout, not by an admin: the recovery
+// copies the rollout's record of whether an admin had cordoned it.
+func cordon(n *corev1.Node, owners contract.CordonOwners, k contract.Keys) Action {
+	a := Action{Kind: Cordon, Reason: contract.ReasonRecovery, AdminCordoned: n.Spec.Unschedulable,
+		Why: "recovery reboot: cordon before evicting NPU pods"}
+	if owners.Upgrade {
+		a.AdminCordoned = n.Annotations[k.UpgradeWasCordoned()] == contract.True
+		a.Why += fmt.Sprintf(" (the driver upgrade holds the cordon too, state %s)", n.Labels[k.UpgradeState()])
+	}
+	return a
+}
+
+// uncordon lets go of the recovery's cordon once the recovery is over:
+// the node is uncordoned only if no other owner holds it and no admin had
+// cordoned it.
+func uncordon(owners contract.CordonOwners, k contract.Keys) Action {
+	a := Action{Kind: Uncordon, Why: fmt.Sprintf("recovery done and %s=true", k.DriverReady())}
+	switch {
+	case owners.Upgrade:
+		a.KeepCordoned = true
+		a.Why += "; the node stays cordoned: the driver upgrade still holds it and uncordons it when done"
+	case owners.ByAdmin:
+		a.KeepCordoned = true
+		a.Why += "; the node stays cordoned: it was cordoned before the recovery"
+	}
+	return a
 }
 
 // settle judges the finished reboots of a node with no reboot pending

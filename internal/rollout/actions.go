@@ -65,9 +65,9 @@ type Event struct {
 
 // Steps named in upgrade-failed annotations.
 const (
-	StepWaitForJobs = "wait-for-jobs"
-	StepPodDeletion = "pod-deletion"
-	StepDrain       = "drain"
+	StepWaitForJobs = contract.StepWaitForJobs
+	StepPodDeletion = contract.StepPodDeletion
+	StepDrain       = contract.StepDrain
 	StepReboot      = "reboot"
 	StepValidation  = "validation"
 	StepState       = "state"
@@ -116,9 +116,8 @@ func (b builder) fail(n NodeView, step, reason string) Action {
 	a := b.transition(n, contract.StateFailed, "upgrade failed at "+step+": "+reason)
 	a.Change.Annotations[b.k.UpgradeFailureStep()] = kube.Set(step)
 	a.Change.Annotations[b.k.UpgradeFailureReason()] = kube.Set(reason)
-	beforeReboot := step == StepWaitForJobs || step == StepPodDeletion || step == StepDrain
-	if beforeReboot && n.WasCordoned != nil && !*n.WasCordoned && n.State != contract.StateCordonRequired {
-		a.Change.Unschedulable = ptrBool(false)
+	if contract.FailedBeforeReboot(step) && n.WasCordoned != nil && n.State != contract.StateCordonRequired {
+		giveBack(b, n, &a)
 	}
 	a.Events = append(a.Events, Event{
 		Reason: contract.EventUpgradeFailed, Warning: true,

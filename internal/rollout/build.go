@@ -130,6 +130,7 @@ func (w *viewer) view(node *corev1.Node) NodeView {
 		b := c == contract.True
 		n.WasCordoned = &b
 	}
+	viewOwnership(&n, l, a, v.Keys)
 	profile, err := coveringDriver(node, w.in.Drivers, w.driverSel)
 	if err != nil {
 		n.ProfileError = err.Error()

@@ -104,6 +104,7 @@ func Decide(s Snapshot, p Policy, keys contract.Keys, now time.Time) Decision {
 			} else if n.Skip {
 				wait = "skip label set"
 				d.Progress.Skipped++
+				acts = append(acts, staleApproval(b, n)...)
 			} else {
 				candidates = append(candidates, &s.Nodes[i])
 			}
@@ -147,9 +148,11 @@ func decideIdle(b builder, n NodeView, acts *[]Action, pr *Progress) string {
 		return "driver version not reported yet (driver pod not running?)"
 	case n.UpToDate():
 		pr.Done++
+		*acts = append(*acts, staleApproval(b, n)...)
 		return ""
 	case n.Skip:
 		pr.Skipped++
+		*acts = append(*acts, staleApproval(b, n)...)
 		return "skip label set"
 	}
 	*acts = append(*acts, b.transition(n, contract.StateUpgradeRequired,
@@ -217,7 +220,7 @@ func decideInFlight(b builder, n NodeView, p Policy, s Snapshot, now time.Time) 
 	// node that booted since its reboot was asked for did reboot, even if
 	// the rebooter already cleared the start time (a fast reboot, or a
 	// rollout restarted meanwhile): that boot is validated like any other.
-	if !n.OutOfDate() && n.UpToDate() && n.State != contract.StateValidationRequired && n.State != contract.StateUncordonRequired && !rebootStarted(n) && !rebooted(n) {
+	if !n.OutOfDate() && n.UpToDate() && n.State != contract.StateValidationRequired && n.State != contract.StateUncordonRequired && !rebootStarted(n) && !rebooted(n) && !rebootDone(n) {
 		a := b.transition(n, contract.StateUncordonRequired, "driver "+n.Loaded+" is the desired version again; no reboot needed")
 		if n.RebootRequired && n.RebootReason == string(contract.ReasonUpgrade) {
 			a.Change.Labels[b.k.RebootRequired()] = nil
@@ -227,9 +230,7 @@ func decideInFlight(b builder, n NodeView, p Policy, s Snapshot, now time.Time) 
 	}
 	switch n.State {
 	case contract.StateCordonRequired:
-		a := b.transition(n, contract.StateWaitForJobsRequired, "cordoned")
-		a.Change.Unschedulable = ptrBool(true)
-		return []Action{a}, "", 0
+		return []Action{takeCordon(b, n)}, "", 0
 
 	case contract.StateWaitForJobsRequired:
 		if p.WaitForCompletion.Selector == nil || n.WaitPods == 0 {
@@ -267,9 +268,8 @@ func decideInFlight(b builder, n NodeView, p Policy, s Snapshot, now time.Time) 
 
 	case contract.StateUncordonRequired:
 		a := b.transition(n, contract.StateDone, "driver "+n.Loaded+" validated; upgrade done")
-		if n.WasCordoned == nil || !*n.WasCordoned {
-			a.Change.Unschedulable = ptrBool(false)
-		}
+		giveBack(b, n, &a)
+		dropApproval(b, n, &a)
 		return []Action{a}, "", 0
 	}
 	return nil, "", 0
@@ -282,16 +282,6 @@ func waitPodsNote(n NodeView) string {
 		names += fmt.Sprintf(" and %d more", more)
 	}
 	return fmt.Sprintf("waiting for %d pods to complete (waitForCompletion): %s", n.WaitPods, names)
-}
-
-func enterReboot(b builder, n NodeView) Action {
-	a := b.transition(n, contract.StateRebootRequired, "reboot requested to load driver "+n.Desired)
-	a.Change.Labels[b.k.RebootRequired()] = kube.Set(contract.True)
-	a.Change.Annotations[b.k.RebootReason()] = kube.Set(string(contract.ReasonUpgrade))
-	a.Change.Annotations[b.k.UpgradeBootID()] = kube.Set(n.BootID)
-	a.Events = append(a.Events, Event{Reason: contract.EventRebootRequired,
-		Message: fmt.Sprintf("reason=%s: driver %s loaded, %s desired; a reboot loads it", contract.ReasonUpgrade, n.Loaded, n.Desired)})
-	return a
 }
 
 // rebootStarted is true when the rebooter issued the reboot for this
@@ -324,13 +314,13 @@ func decideReboot(b builder, n NodeView, p Policy, now time.Time) ([]Action, str
 		return []Action{a}, "", 0
 	}
 	if !n.RebootRequired {
-		a := Action{Kind: ActTransition, Node: n.Name, ResourceVersion: n.ResourceVersion, From: n.State, To: n.State,
-			Message: "reboot request was removed before the reboot; asking again",
-			Change: kube.NodeChange{Labels: map[string]*string{b.k.RebootRequired(): kube.Set(contract.True)},
-				Annotations: map[string]*string{b.k.RebootReason(): kube.Set(string(contract.ReasonUpgrade))}}}
-		return []Action{a}, "", 0
+		acts, wait := requestGone(b, n)
+		return acts, wait, 0
 	}
 	if !rebootStarted(n) {
+		if recoveryPending(n) {
+			return nil, recoveryServesNote(b, n), 0
+		}
 		if !p.AutoUpgrade && !n.Approved {
 			if n.ApprovalValue != "" {
 				return nil, fmt.Sprintf("%s=%q is not an approval (only \"true\" is): kubectl annotate node %s %s=true --overwrite",

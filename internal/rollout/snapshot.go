@@ -73,6 +73,12 @@ type NodeView struct {
 	Driver       *DriverPod
 	// TargetPods maps a re-roll target to its pods on this node.
 	TargetPods map[string][]TargetPod
+
+	// RebootedFrom is the rebooter's rebooted-from-boot-id: the boot its
+	// last completed reboot left (rebootrequest.go).
+	RebootedFrom string
+	// Cordon is who holds the node's cordon (cordon.go).
+	Cordon contract.CordonOwners
 }
 
 // DriverPod is the node's pod of its profile's driver DaemonSet.

@@ -44,7 +44,7 @@ func agents(k contract.Keys) []agentCase {
 		{
 			name: "rebooter", component: "rebooter",
 			clearLabels: []string{k.RebootRequired()},
-			setAnnotations: []string{k.RebootFromBootID(), k.RebootStartedAt(), k.RebootStartedReason(), k.RebootHistory(),
+			setAnnotations: []string{k.RebootFromBootID(), k.RebootedFromBootID(), k.RebootStartedAt(), k.RebootStartedReason(), k.RebootHistory(),
 				k.RecoveryCordoned(), k.RecoveryWasCordoned()},
 			clearAnnotations: []string{k.RebootReason(), k.ApproveReboot()},
 			notOwnedLabel:    k.DriverReady(), notOwnedAnnotation: k.UpgradeSince(),

@@ -293,7 +293,7 @@ func (f *fleet) checkDone(ctx context.Context, keepCordoned ...string) {
 			}
 		}
 		for k := range n.Annotations {
-			if strings.HasPrefix(k, keys.Domain+"/driver-upgrade.") && k != keys.RebootHistory() && k != keys.RebootStartedAt() && k != keys.RebootFromBootID() {
+			if strings.HasPrefix(k, keys.Domain+"/driver-upgrade.") && k != keys.RebootHistory() && k != keys.RebootStartedAt() && k != keys.RebootFromBootID() && k != keys.RebootedFromBootID() {
 				f.t.Errorf("%s: bookkeeping annotation %s left behind", n.Name, k)
 			}
 		}

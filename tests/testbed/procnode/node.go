@@ -70,7 +70,16 @@ type Node struct {
 
 	// lost: the next reboot never completes; gone: it happened.
 	lost, gone atomic.Bool
+	// bootIDDelay (a time.Duration): how long after a reboot the node
+	// reports its new boot ID (DelayBootIDReport).
+	bootIDDelay atomic.Int64
 }
+
+// DelayBootIDReport makes the node report the new boot ID in its status
+// (status.nodeInfo.bootID) only d after each later reboot, while it is
+// Ready and its pods run: a kubelet that is slow to post its node status
+// after a boot, so that the rebooter's writes reach the API server first.
+func (n *Node) DelayBootIDReport(d time.Duration) { n.bootIDDelay.Store(int64(d)) }
 
 // LoseOnReboot makes the next reboot take the machine down for good: its
 // processes die and the node stays NotReady, like hardware that does not
@@ -342,7 +351,35 @@ func (n *Node) reboot(ctx context.Context) error {
 	n.statusMu.Lock()
 	n.ready = true
 	n.statusMu.Unlock()
+	if d := time.Duration(n.bootIDDelay.Load()); d > 0 {
+		if err := n.setStatus(ctx, nil); err != nil {
+			return err
+		}
+		go n.reportBootIDAfter(ctx, d, bootID)
+		return nil
+	}
 	return n.setStatus(ctx, func(s *corev1.NodeStatus) { s.NodeInfo.BootID = bootID })
+}
+
+// reportBootIDAfter posts bootID in the node status d from now, unless a
+// later boot has replaced it meanwhile.
+func (n *Node) reportBootIDAfter(ctx context.Context, d time.Duration, bootID string) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return
+	case <-t.C:
+	}
+	if cur, err := n.host.BootID(); err != nil || cur != bootID {
+		return
+	}
+	err := retry.OnError(retry.DefaultBackoff, func(error) bool { return ctx.Err() == nil }, func() error {
+		return n.setStatus(ctx, func(s *corev1.NodeStatus) { s.NodeInfo.BootID = bootID })
+	})
+	if err != nil && ctx.Err() == nil {
+		fmt.Fprintf(os.Stderr, "procnode %s: report boot ID: %v\n", n.cfg.Name, err)
+	}
 }
 
 func (n *Node) work(ctx context.Context) {
