@@ -6,10 +6,13 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/cache"
 
 	"github.com/openfuyao/npu-stack/internal/contract"
 	"github.com/openfuyao/npu-stack/internal/kube"
@@ -209,5 +212,71 @@ func TestRecoveryAtRebootKeepsItsReasonAndServesTheUpgrade(t *testing.T) {
 	f.checkDone(ctx) // one reboot, new driver, uncordoned
 	if ev := events(ctx, t, name, contract.EventRebootCompleted, 1); !strings.Contains(ev[0].Message, "reason=recovery") {
 		t.Errorf("RebootCompleted: %s; want reason=recovery", ev[0].Message)
+	}
+}
+
+// A recovery that starts during validation: the recovery takes the
+// cordon the rollout holds, and neither owner uncordons while the other
+// still holds the node; the last one to let go does.
+func TestRecoveryDuringValidationKeepsTheNodeCordoned(t *testing.T) {
+	ctx := ctxTimeout(t, 6*time.Minute)
+	f := newFleet(t, 1, nil)
+	name := f.nodes[0].Name()
+	args := f.upgrade(ctx, oldVersion) // the chart's rollout arguments; nothing to upgrade
+	craft(ctx, t, name, contract.StateValidationRequired)
+	wedgeAndWait(ctx, t, f)
+	before := getNode(t, name).Status.NodeInfo.BootID
+	var (
+		mu    sync.Mutex
+		early []string
+	)
+	watchNodeChanges(t, name, func(n *corev1.Node) {
+		mu.Lock()
+		defer mu.Unlock()
+		_, held := n.Annotations[keys.RecoveryCordoned()]
+		recovering := held || (n.Labels[keys.RebootRequired()] == contract.True && n.Annotations[keys.RebootReason()] == string(contract.ReasonRecovery))
+		if !n.Spec.Unschedulable && (recovering || n.Labels[keys.UpgradeState()] != "") {
+			early = append(early, "rv "+n.ResourceVersion+": uncordoned with state "+n.Labels[keys.UpgradeState()]+", recovery-cordoned "+n.Annotations[keys.RecoveryCordoned()])
+		}
+	})
+	r := f.startRollout(args)
+	approve(t, name)
+	if code := r.wait(ctx, t); code != 0 {
+		t.Fatalf("rollout exit %d:\n%s", code, tail(r.output(), 30))
+	}
+	waitNode(ctx, t, name, "recovered, upgrade done, uncordoned", func(n *corev1.Node) bool {
+		_, held := n.Annotations[keys.RecoveryCordoned()]
+		return n.Status.NodeInfo.BootID != before && n.Labels[keys.UpgradeState()] == "" && !held && !n.Spec.Unschedulable
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	if len(early) > 0 {
+		t.Fatalf("uncordoned while an owner still held the node: %v", early)
+	}
+	if st, err := f.nodes[0].Host().State(); err != nil || st.Reboots != 1 {
+		t.Fatalf("want one recovery reboot: %+v %v", st, err)
+	}
+}
+
+// watchNodeChanges calls see with every version of node the API server
+// sends until the test ends, from the version current now on.
+func watchNodeChanges(t *testing.T, name string, see func(*corev1.Node)) {
+	t.Helper()
+	lw := cache.NewFilteredListWatchFromClient(env.Client.CoreV1().RESTClient(), "nodes", "", func(o *metav1.ListOptions) {
+		o.FieldSelector = "metadata.name=" + name
+	})
+	record := func(o any) {
+		if n, ok := o.(*corev1.Node); ok {
+			see(n)
+		}
+	}
+	_, ctrl := cache.NewInformerWithOptions(cache.InformerOptions{ListerWatcher: lw, ObjectType: &corev1.Node{}, Handler: cache.ResourceEventHandlerFuncs{
+		AddFunc: record, UpdateFunc: func(_, o any) { record(o) },
+	}})
+	stop := make(chan struct{})
+	go ctrl.Run(stop)
+	t.Cleanup(func() { close(stop) })
+	if !cache.WaitForCacheSync(t.Context().Done(), ctrl.HasSynced) {
+		t.Fatal("node watch did not sync")
 	}
 }
