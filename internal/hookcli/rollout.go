@@ -8,12 +8,15 @@ import (
 	"os"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/sirupsen/logrus"
 	"github.com/spf13/cobra"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/openfuyao/npu-stack/internal/cli"
+	"github.com/openfuyao/npu-stack/internal/contract"
 	"github.com/openfuyao/npu-stack/internal/kube"
 	"github.com/openfuyao/npu-stack/internal/rollout"
 )
@@ -27,6 +30,9 @@ type rolloutFlags struct {
 	leaseDuration time.Duration
 	waitForLease  bool
 	writes        int
+	leftBehind    string
+	// policyConfigMap names the ConfigMap the chart writes the policy to.
+	policyConfigMap string
 }
 
 // NewRollout is `npu-hooks rollout`.
@@ -40,9 +46,17 @@ version through the upgrade states (DESIGN.md §4), event-driven, holding a
 Lease so only one rollout writes at a time. All progress is kept on the
 Nodes: killed at any moment, the next run continues where it stopped.
 
-Exit codes: 0 every node is up to date (or the rollout is paused);
-2 the deadline passed, the failure budget is spent or nodes failed (a
-summary names them and the fix); 1 any other error (safe to retry).`,
+Nodes the rollout cannot move for reasons of their own (NotReady, a
+recovery reboot pending, the skip label, no canary able to pass) are left
+behind: the rollout finishes without them, names them with the reason in
+its summary and an UpgradeLeftBehind event, and --nodes-left-behind says
+whether that fails it. A node in flight is always seen through.
+
+Exit codes: 0 every node it can move is up to date (or the rollout is
+paused), and the nodes left behind do not fail it under
+--nodes-left-behind; 2 the deadline passed, the failure budget is spent,
+nodes failed, or nodes left behind fail it (a summary names them and the
+fix); 1 any other error (safe to retry).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log, err := g.Logger(cmd.ErrOrStderr())
@@ -61,6 +75,10 @@ summary names them and the fix); 1 any other error (safe to retry).`,
 	fs.StringVar(&f.leaseIdentity, "lease-identity", host, "holder identity; keep it stable across restarts of the same process (default: host name = pod name)")
 	fs.DurationVar(&f.leaseDuration, "lease-duration", 15*time.Second, "lease duration; a dead holder blocks others this long")
 	fs.IntVar(&f.writes, "max-writes-in-flight", rollout.DefaultWritesInFlight, "nodes written at once (each write a conditional patch of its own node); decisions go on while writes are on their way")
+	fs.StringVar(&f.leftBehind, "nodes-left-behind", string(contract.LeftBehindFailIfOutOfDate),
+		"whether nodes the rollout could not move fail a finished rollout (exit 2): fail-if-out-of-date (only if one still runs an out-of-date driver and is not skipped by its label), always-succeed, fail")
+	fs.StringVar(&f.policyConfigMap, "policy-configmap", "",
+		"ConfigMap in --namespace holding the policy flags (key args), which the chart rewrites at every upgrade: read at the start and watched, so the newest policy takes effect at once, in a run already under way too; empty: the flags only")
 	fs.BoolVar(&f.waitForLease, "wait-for-lease", true, "wait while another rollout holds the lease (false: exit 2 with its holder)")
 	return cmd
 }
@@ -70,8 +88,8 @@ func runRollout(ctx context.Context, f *rolloutFlags, log *logrus.Logger, out io
 	if err != nil {
 		return cli.Terminal(err)
 	}
-	pol, targets, err := f.policy.parse()
-	if err != nil {
+	// The flags must be valid even when the ConfigMap overrides them.
+	if _, err := f.flagPolicy(); err != nil {
 		return cli.Terminal(err)
 	}
 	if f.writes < 1 {
@@ -94,20 +112,38 @@ func runRollout(ctx context.Context, f *rolloutFlags, log *logrus.Logger, out io
 	}
 	var final rollout.Decision
 	var snap rollout.Snapshot
+	var mode contract.LeftBehindMode
 	run := func(ctx context.Context) error {
 		log.WithField("lease", f.cluster.namespace+"/"+f.leaseName).Info("holding the rollout lease")
-		c := rollout.NewController(rollout.Config{
-			Client: client, Recorder: rec, Log: log, Keys: cl.keys, Namespace: f.cluster.namespace,
-			NodeSelector: cl.nodeSelector, DriverSelector: cl.driverSelector, Targets: targets, Policy: pol,
-			WritesInFlight: f.writes,
-		})
-		if err := c.Start(ctx); err != nil {
-			return err
+		for {
+			rp, err := f.currentPolicy(ctx, client)
+			if err != nil {
+				return cli.Terminal(err)
+			}
+			mode = rp.mode
+			// A newer policy (a later helm upgrade while this run holds the
+			// lease) ends this controller at once; the next one decides
+			// under it from the nodes' state, holding the lease throughout.
+			runCtx, cancel := context.WithCancel(ctx)
+			var changed atomic.Bool
+			f.watchPolicy(runCtx, client, rp.args, func() { changed.Store(true); cancel() })
+			c := rollout.NewController(rollout.Config{
+				Client: client, Recorder: rec, Log: log, Keys: cl.keys, Namespace: f.cluster.namespace,
+				NodeSelector: cl.nodeSelector, DriverSelector: cl.driverSelector, Targets: rp.targets, Policy: rp.policy,
+				WritesInFlight: f.writes,
+			})
+			rerr := c.Start(runCtx)
+			if rerr == nil {
+				final, rerr = c.Run(runCtx)
+				snap, _ = c.Snapshot()
+			}
+			cancel()
+			if changed.Load() && ctx.Err() == nil {
+				log.WithField("configmap", f.cluster.namespace+"/"+f.policyConfigMap).Info("the rollout policy changed; deciding under the new one")
+				continue
+			}
+			return rerr
 		}
-		var rerr error
-		final, rerr = c.Run(ctx)
-		snap, _ = c.Snapshot()
-		return rerr
 	}
 	err = rollout.WithLease(ctx, lc, run)
 	// A lease lost to an API server or etcd outage is taken back once the
@@ -129,15 +165,41 @@ func runRollout(ctx context.Context, f *rolloutFlags, log *logrus.Logger, out io
 	case err != nil:
 		return err
 	}
+	reportLeftBehind(ctx, client, rec, final.LeftBehind, log)
 	switch final.Outcome {
 	case rollout.Finished:
 		_, _ = fmt.Fprintf(out, "rollout finished: %s\n", final.Progress)
+		for _, l := range final.LeftBehind {
+			_, _ = fmt.Fprintf(out, "left behind: %s (%s): %s\n", l.Node, driverNote(l), l.Reason)
+		}
+		if rollout.FailsRollout(mode, final.LeftBehind) {
+			return cli.Terminalf("rollout finished without nodes it could not move (--nodes-left-behind=%s): %s", mode, rollout.FormatLeftBehind(final.LeftBehind))
+		}
 		return nil
 	case rollout.Paused:
 		_, _ = fmt.Fprintf(out, "rollout paused (driver.upgradePolicy.paused): %s\n", final.Progress)
 		return nil
 	}
 	return cli.Terminalf("rollout cannot finish: %s", summary(snap, final))
+}
+
+// reportLeftBehind records an UpgradeLeftBehind Warning on each node the
+// rollout ends without, so `kubectl describe node` and event alerts show
+// it.
+func reportLeftBehind(ctx context.Context, client kubernetes.Interface, rec *kube.Recorder, left []rollout.LeftBehind, log logrus.FieldLogger) {
+	for _, l := range left {
+		if err := rec.NodeByName(ctx, client, l.Node, true, contract.EventUpgradeLeftBehind,
+			"the driver rollout ended without this node (%s): %s", driverNote(l), l.Reason); err != nil {
+			log.WithError(err).WithField("node", l.Node).Warn("cannot record the node left behind")
+		}
+	}
+}
+
+func driverNote(l rollout.LeftBehind) string {
+	if l.OutOfDate {
+		return "driver out of date"
+	}
+	return "driver up to date"
 }
 
 // summary names the nodes that are not done and why.

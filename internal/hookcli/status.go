@@ -174,8 +174,15 @@ func printStatus(w io.Writer, st rollout.Status, format outputFormat) error {
 	if err := tw.Flush(); err != nil {
 		return fmt.Errorf("write status: %w", err)
 	}
-	_, err := fmt.Fprintf(w, "progress: %s (%s)\n", st.Summary, st.Outcome)
-	return err
+	if _, err := fmt.Fprintf(w, "progress: %s (%s)\n", st.Summary, st.Outcome); err != nil {
+		return fmt.Errorf("write status: %w", err)
+	}
+	for _, l := range st.LeftBehind {
+		if _, err := fmt.Fprintf(w, "left behind: %s: %s\n", l.Node, l.Reason); err != nil {
+			return fmt.Errorf("write status: %w", err)
+		}
+	}
+	return nil
 }
 
 func dash(s string) string {

@@ -2,8 +2,6 @@ package rollout
 
 import (
 	"fmt"
-	"sort"
-	"strconv"
 	"strings"
 	"time"
 
@@ -37,16 +35,25 @@ type Decision struct {
 	// the final summary).
 	Waiting  map[string]string
 	Progress Progress
+	// LeftBehind are the nodes the rollout cannot move for reasons of
+	// their own (see LeftBehind), sorted by name; Finished means every
+	// other node is done.
+	LeftBehind []LeftBehind
 }
 
 // Progress counts nodes for the progress line.
 type Progress struct {
 	Total, Done, InFlight, Queued, Failed, Skipped, Unavailable, Budget int
+	LeftBehind                                                          int
 }
 
 func (p Progress) String() string {
-	return fmt.Sprintf("%d/%d nodes up to date, %d in flight, %d queued, %d failed, %d skipped; unavailable %d/%d",
+	s := fmt.Sprintf("%d/%d nodes up to date, %d in flight, %d queued, %d failed, %d skipped; unavailable %d/%d",
 		p.Done, p.Total, p.InFlight, p.Queued, p.Failed, p.Skipped, p.Unavailable, p.Budget)
+	if p.LeftBehind > 0 {
+		s += fmt.Sprintf("; %d left behind", p.LeftBehind)
+	}
+	return s
 }
 
 // Decide computes the next actions for the cluster in s under p at now.
@@ -56,8 +63,7 @@ func Decide(s Snapshot, p Policy, keys contract.Keys, now time.Time) Decision {
 	b := builder{k: keys, now: now}
 	d := Decision{Outcome: Running, Waiting: map[string]string{}}
 	if s.NoDriver {
-		d.Outcome = Finished
-		return d
+		return decideNoDriver(b, s)
 	}
 	budget, err := ResolveMaxUnavailable(p.MaxUnavailable, len(s.Nodes))
 	if err != nil {
@@ -68,7 +74,7 @@ func Decide(s Snapshot, p Policy, keys contract.Keys, now time.Time) Decision {
 
 	var candidates []*NodeView
 	failed, inFlight, unavailable := 0, 0, 0
-	canaryPending := false
+	gate, left := gateCanaries(s.Nodes, keys), leftSet{}
 	for _, n := range s.Nodes {
 		if n.Unavailable() {
 			unavailable++
@@ -78,9 +84,6 @@ func Decide(s Snapshot, p Policy, keys contract.Keys, now time.Time) Decision {
 		}
 		if n.State == contract.StateFailed {
 			failed++
-		}
-		if n.Canary && (n.State != contract.StateDone || n.OutOfDate()) && (!n.Skip || n.State != contract.StateDone) {
-			canaryPending = true
 		}
 	}
 	d.Progress.InFlight, d.Progress.Failed, d.Progress.Unavailable = inFlight, failed, unavailable
@@ -96,6 +99,8 @@ func Decide(s Snapshot, p Policy, keys contract.Keys, now time.Time) Decision {
 		switch {
 		case !n.StateKnown:
 			acts = append(acts, b.fail(n, StepState, fmt.Sprintf("unknown state %q", n.RawState)))
+		case n.ProfileError != "" && abandoned(n):
+			acts = append(acts, abandon(b, n, n.ProfileError))
 		case n.State == contract.StateDone:
 			wait = decideIdle(b, n, &acts, &d.Progress)
 		case n.State == contract.StateUpgradeRequired:
@@ -121,21 +126,23 @@ func Decide(s Snapshot, p Policy, keys contract.Keys, now time.Time) Decision {
 		d.Requeue = minPositive(d.Requeue, requeue)
 	}
 
-	admitted := admit(b, candidates, p, &d, inFlight, unavailable, budget, failed, canaryPending)
+	admitted := admit(b, candidates, p, &d, inFlight, unavailable, budget, failed, gate, left)
 	d.Progress.InFlight += admitted
 	d.Progress.Queued = len(candidates) - admitted
 
 	if len(d.Actions) == 0 && inFlight == 0 && len(s.Busy) == 0 {
-		d.Outcome = outcome(s, p, &d, candidates, failed)
+		d.Outcome = outcome(s, p, keys, candidates, failed, gate, left)
 	}
 	if d.Outcome == Finished {
 		// Fleet-wide check: every re-roll target pod must have started
 		// after its node's driver became ready.
-		d.Actions = append(d.Actions, stragglers(s, &d)...)
+		d.Actions = append(d.Actions, stragglers(s, keys, &d, left)...)
 		if len(d.Actions) > 0 || d.Waiting["*reroll"] != "" {
 			d.Outcome = Running
 		}
 	}
+	d.LeftBehind = listLeftBehind(s, left, keys)
+	d.Progress.LeftBehind = len(d.LeftBehind)
 	return d
 }
 
@@ -158,58 +165,6 @@ func decideIdle(b builder, n NodeView, acts *[]Action, pr *Progress) string {
 	*acts = append(*acts, b.transition(n, contract.StateUpgradeRequired,
 		fmt.Sprintf("driver %s loaded, %s desired", n.Loaded, n.Desired)))
 	return ""
-}
-
-// admit moves queued nodes to cordon-required within the budgets, canaries
-// first, then by name.
-func admit(b builder, cands []*NodeView, p Policy, d *Decision, inFlight, unavailable, budget, failed int, canaryPending bool) int {
-	sort.Slice(cands, func(i, j int) bool {
-		if cands[i].Canary != cands[j].Canary {
-			return cands[i].Canary
-		}
-		return cands[i].Name < cands[j].Name
-	})
-	admitted := 0
-	for _, c := range cands {
-		n := *c
-		var why string
-		adds := !n.Unschedulable && n.Ready
-		switch {
-		case p.Paused:
-			why = "rollout paused"
-		case p.MaxFailures > 0 && failed >= p.MaxFailures:
-			why = fmt.Sprintf("failure budget spent (%d failed, maxFailures %d)", failed, p.MaxFailures)
-		case canaryPending && !n.Canary:
-			why = "waiting for the canary nodes to finish"
-		case !n.Ready:
-			why = "node NotReady"
-		case p.MaxParallel > 0 && inFlight >= p.MaxParallel:
-			why = fmt.Sprintf("maxParallelUpgrades %d reached", p.MaxParallel)
-		case adds && unavailable+1 > budget:
-			why = fmt.Sprintf("maxUnavailable reached (%d of %d nodes unavailable)", unavailable, budget)
-		}
-		if why != "" {
-			d.Waiting[n.Name] = why
-			continue
-		}
-		a := b.transition(n, contract.StateCordonRequired, "starting driver upgrade "+n.Loaded+" → "+n.Desired)
-		if n.WasCordoned == nil {
-			// A retried node keeps what was recorded the first time: by now
-			// the rollout itself may have cordoned it.
-			a.Change.Annotations[b.k.UpgradeWasCordoned()] = kube.Set(strconv.FormatBool(n.Unschedulable))
-		}
-		a.Change.Annotations[b.k.UpgradeTarget()] = kube.Set(n.Desired)
-		for _, k := range []string{b.k.UpgradeFailureReason(), b.k.UpgradeFailureStep(), b.k.UpgradeBootID(), b.k.UpgradeRerolled()} {
-			a.Change.Annotations[k] = nil
-		}
-		d.Actions = append(d.Actions, a)
-		inFlight++
-		admitted++
-		if adds {
-			unavailable++
-		}
-	}
-	return admitted
 }
 
 // decideInFlight advances a node between cordon and uncordon.
@@ -428,88 +383,6 @@ func rerollNeeds(n NodeView, targets []string) ([]TargetPod, string) {
 // not started yet will start after.
 func startedBefore(pd TargetPod, drv *DriverPod) bool {
 	return drv != nil && !drv.ReadyAt.IsZero() && !pd.Started.IsZero() && pd.Started.Before(drv.ReadyAt.Truncate(time.Second))
-}
-
-// stragglers re-rolls, fleet-wide, target pods older than their node's
-// driver readiness (e.g. a node rebooted outside the rollout).
-func stragglers(s Snapshot, d *Decision) []Action {
-	var acts []Action
-	for _, n := range s.Nodes {
-		if n.Skip && n.OutOfDate() {
-			continue
-		}
-		if n.Driver == nil || !n.Driver.Ready {
-			// Finished means the stack works on every node, also right
-			// after an install, where no node went through validation.
-			d.Waiting[n.Name] = "driver pod not Ready yet"
-			d.Waiting["*reroll"] = "waiting for driver pods"
-			continue
-		}
-		var del []TargetPod
-		var unready []string
-		for _, t := range s.Targets {
-			ready := false
-			for _, pd := range n.TargetPods[t] {
-				switch {
-				case pd.Terminating:
-				case startedBefore(pd, n.Driver):
-					del = append(del, pd)
-				case pd.Ready:
-					ready = true
-				}
-			}
-			if !ready && len(n.TargetPods[t]) > 0 {
-				unready = append(unready, t)
-			}
-		}
-		switch {
-		case len(del) > 0:
-			acts = append(acts, Action{Kind: ActDeletePods, Node: n.Name, Pods: del,
-				Message: fmt.Sprintf("fleet check: re-rolling %d pods started before the driver was ready", len(del))})
-			d.Waiting[n.Name] = "re-rolling straggler pods"
-		case len(unready) > 0:
-			// The stack works on a node once its device plugin serves, not
-			// when the driver is up: a pod still in its driver gate or
-			// crash-looping holds the finish, and the deadline names it.
-			d.Waiting[n.Name] = "waiting for a Ready pod of " + strings.Join(unready, ", ") +
-				" (kubectl -n <namespace> describe pod on this node for why it is not Ready)"
-			d.Waiting["*reroll"] = "waiting for re-roll target pods to be Ready"
-		}
-	}
-	return acts
-}
-
-func outcome(s Snapshot, p Policy, d *Decision, queued []*NodeView, failed int) Outcome {
-	if len(queued) > 0 {
-		if p.Paused {
-			return Paused
-		}
-		if p.MaxFailures > 0 && failed >= p.MaxFailures {
-			return Stuck
-		}
-		for _, n := range queued {
-			if strings.HasPrefix(d.Waiting[n.Name], "waiting for the canary") {
-				// The canaries are done or failed; with none in flight,
-				// a failed canary blocks the rest.
-				return Stuck
-			}
-		}
-		return Running // NotReady nodes may come back
-	}
-	uncovered := false
-	for _, n := range s.Nodes {
-		if n.ProfileError != "" {
-			uncovered = true
-			continue
-		}
-		if n.State == contract.StateDone && !n.Skip && !n.UpToDate() {
-			return Running // driver version not reported yet: wait
-		}
-	}
-	if failed > 0 || uncovered {
-		return Stuck
-	}
-	return Finished
 }
 
 func orNone(s string) string {

@@ -403,8 +403,8 @@ func TestOutcomes(t *testing.T) {
 	if d := decide(policy(), nv("a", in(contract.StateUpgradeRequired)), nv("f", in(contract.StateFailed))); d.Outcome != Stuck {
 		t.Fatalf("failure budget spent with nodes queued: %s", d.Outcome)
 	}
-	if d := decide(policy(), nv("a", in(contract.StateUpgradeRequired), notReady)); d.Outcome != Running {
-		t.Fatalf("NotReady node may come back: %s", d.Outcome)
+	if d := decide(policy(), nv("a", in(contract.StateUpgradeRequired), notReady)); d.Outcome != Finished || len(d.LeftBehind) != 1 {
+		t.Fatalf("a NotReady node is left behind, not waited for: %s %+v", d.Outcome, d.LeftBehind)
 	}
 	if d := Decide(Snapshot{Busy: map[string]string{"a": busyEvicting}, Nodes: []NodeView{nv("a", in(contract.StatePodDeletionRequired))}}, policy(), keys, now); len(d.Actions) != 0 || d.Outcome != Running {
 		t.Fatalf("a busy node gets no action and the rollout keeps running: %v %s", moves(d), d.Outcome)

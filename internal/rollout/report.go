@@ -37,11 +37,13 @@ type Status struct {
 	Progress Progress    `json:"progress"`
 	Summary  string      `json:"summary"`
 	Outcome  Outcome     `json:"outcome"`
+	// LeftBehind are the nodes the rollout cannot move (see LeftBehind).
+	LeftBehind []LeftBehind `json:"leftBehind,omitempty"`
 }
 
 // BuildStatus reports every NPU node of s with d's reasons for waiting.
 func BuildStatus(s Snapshot, d Decision, now time.Time) Status {
-	st := Status{Progress: d.Progress, Summary: d.Progress.String(), Outcome: d.Outcome}
+	st := Status{Progress: d.Progress, Summary: d.Progress.String(), Outcome: d.Outcome, LeftBehind: d.LeftBehind}
 	for _, n := range s.Nodes {
 		r := StatusRow{
 			Node: n.Name, State: n.RawState, Loaded: n.Loaded, Desired: n.Desired,

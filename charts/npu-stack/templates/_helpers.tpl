@@ -137,6 +137,35 @@ events).
       resource: limits.memory
 {{- end }}
 
+{{/*
+The rollout's policy flags (driver.upgradePolicy), one a line: in the
+rollout's command line and in the policy ConfigMap, which every running
+rollout watches so the newest policy takes effect at once.
+*/}}
+{{- define "npu-stack.rolloutPolicyFlags" -}}
+{{- $p := .Values.driver.upgradePolicy -}}
+{{- join "\n" (list
+  (printf "--auto-upgrade=%v" $p.autoUpgrade)
+  (printf "--paused=%v" $p.paused)
+  (printf "--max-parallel-upgrades=%v" $p.maxParallelUpgrades)
+  (printf "--max-unavailable=%v" $p.maxUnavailable)
+  (printf "--max-failures=%v" $p.maxFailures)
+  (printf "--canary-selector=%v" $p.canarySelector)
+  (printf "--wait-for-completion-selector=%v" $p.waitForCompletion.podSelector)
+  (printf "--wait-for-completion-timeout=%vs" $p.waitForCompletion.timeoutSeconds)
+  (printf "--npu-pod-deletion-force=%v" $p.npuPodDeletion.force)
+  (printf "--npu-pod-deletion-timeout=%vs" $p.npuPodDeletion.timeoutSeconds)
+  (printf "--npu-pod-deletion-delete-emptydir=%v" $p.npuPodDeletion.deleteEmptyDir)
+  (printf "--drain=%v" $p.drain.enable)
+  (printf "--drain-force=%v" $p.drain.force)
+  (printf "--drain-selector=%v" $p.drain.podSelector)
+  (printf "--drain-timeout=%vs" $p.drain.timeoutSeconds)
+  (printf "--drain-delete-emptydir=%v" $p.drain.deleteEmptyDir)
+  (printf "--reboot-timeout=%vs" $p.rebootTimeoutSeconds)
+  (printf "--nodes-left-behind=%v" $p.nodesLeftBehind)
+) -}}
+{{- end }}
+
 {{/* The rollout's command line, shared by the hook Job, the job-mode Job and the resume CronJob. */}}
 {{- define "npu-stack.rolloutArgs" -}}
 {{- $p := .Values.driver.upgradePolicy -}}
@@ -145,23 +174,10 @@ events).
 - {{ printf "--label-domain=%v" .Values.labelDomain | quote }}
 - {{ printf "--npu-node-selector=%v" (include "npu-stack.selectorString" .Values.npuNodeSelector) | quote }}
 - {{ printf "--driver-selector=app=npu-driver-daemonset,app.kubernetes.io/instance=%v" .Release.Name | quote }}
-- {{ printf "--auto-upgrade=%v" $p.autoUpgrade | quote }}
-- {{ printf "--paused=%v" $p.paused | quote }}
-- {{ printf "--max-parallel-upgrades=%v" $p.maxParallelUpgrades | quote }}
-- {{ printf "--max-unavailable=%v" $p.maxUnavailable | quote }}
-- {{ printf "--max-failures=%v" $p.maxFailures | quote }}
-- {{ printf "--canary-selector=%v" $p.canarySelector | quote }}
-- {{ printf "--wait-for-completion-selector=%v" $p.waitForCompletion.podSelector | quote }}
-- {{ printf "--wait-for-completion-timeout=%vs" $p.waitForCompletion.timeoutSeconds | quote }}
-- {{ printf "--npu-pod-deletion-force=%v" $p.npuPodDeletion.force | quote }}
-- {{ printf "--npu-pod-deletion-timeout=%vs" $p.npuPodDeletion.timeoutSeconds | quote }}
-- {{ printf "--npu-pod-deletion-delete-emptydir=%v" $p.npuPodDeletion.deleteEmptyDir | quote }}
-- {{ printf "--drain=%v" $p.drain.enable | quote }}
-- {{ printf "--drain-force=%v" $p.drain.force | quote }}
-- {{ printf "--drain-selector=%v" $p.drain.podSelector | quote }}
-- {{ printf "--drain-timeout=%vs" $p.drain.timeoutSeconds | quote }}
-- {{ printf "--drain-delete-emptydir=%v" $p.drain.deleteEmptyDir | quote }}
-- {{ printf "--reboot-timeout=%vs" $p.rebootTimeoutSeconds | quote }}
+- {{ printf "--policy-configmap=%s-rollout-policy" (include "npu-stack.fullname" .) | quote }}
+{{- range splitList "\n" (include "npu-stack.rolloutPolicyFlags" .) }}
+- {{ . | quote }}
+{{- end }}
 {{- /* 90% of the Job's hard limit: the rollout stops first and prints its
 summary (the stuck nodes and their fix) before the Job is killed. */}}
 - {{ printf "--deadline=%vs" (div (mul .Values.hooks.activeDeadlineSeconds 9) 10) | quote }}
