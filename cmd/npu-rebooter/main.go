@@ -19,7 +19,7 @@ import (
 	"github.com/openfuyao/npu-stack/internal/cli"
 	"github.com/openfuyao/npu-stack/internal/contract"
 	"github.com/openfuyao/npu-stack/internal/host"
-	"github.com/openfuyao/npu-stack/internal/host/simhost"
+	"github.com/openfuyao/npu-stack/internal/host/agenthost"
 	"github.com/openfuyao/npu-stack/internal/kube"
 	"github.com/openfuyao/npu-stack/internal/reboot"
 )
@@ -86,6 +86,12 @@ func newRun(opts *cli.GlobalOptions) *cobra.Command {
 			if err != nil {
 				return fmt.Errorf("--method: %w", err)
 			}
+			linux := host.NewLinux(f.hostRoot)
+			linux.DBusSocket = f.dbusSocket
+			h, err := agenthost.Select(linux)
+			if err != nil {
+				return fmt.Errorf("choose the host: %w", err)
+			}
 			client, cfg, err := f.kube.Client()
 			if err != nil {
 				return err
@@ -93,12 +99,6 @@ func newRun(opts *cli.GlobalOptions) *cobra.Command {
 			md, err := metadata.NewForConfig(cfg)
 			if err != nil {
 				return fmt.Errorf("create metadata client: %w", err)
-			}
-			linux := host.NewLinux(f.hostRoot)
-			linux.DBusSocket = f.dbusSocket
-			var h host.Host = linux
-			if sim, ok := simhost.FromEnv(); ok {
-				h = sim
 			}
 			rec := kube.NewRecorder(client, "npu-rebooter")
 			defer rec.Shutdown()

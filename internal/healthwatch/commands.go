@@ -27,7 +27,7 @@ import (
 	"github.com/openfuyao/npu-stack/internal/driverentry"
 	"github.com/openfuyao/npu-stack/internal/health"
 	"github.com/openfuyao/npu-stack/internal/host"
-	"github.com/openfuyao/npu-stack/internal/host/simhost"
+	"github.com/openfuyao/npu-stack/internal/host/agenthost"
 	"github.com/openfuyao/npu-stack/internal/kube"
 	"github.com/openfuyao/npu-stack/internal/marker"
 	"github.com/openfuyao/npu-stack/internal/validate"
@@ -40,11 +40,14 @@ const Name = "npu-healthwatch"
 type shared struct {
 	global   cli.GlobalOptions
 	hostRoot string
+	// sim is the simulated machine a unit test hands in, nil otherwise.
+	sim host.Host
 }
 
 // NewRoot returns the npu-healthwatch command with every subcommand.
-func NewRoot() *cobra.Command {
-	s := &shared{}
+func NewRoot() *cobra.Command { return newRoot(&shared{}) }
+
+func newRoot(s *shared) *cobra.Command {
 	root := cli.NewRoot(Name, "Per-node NPU chip health-watch, driver entry gate, validator and CDI generator", &s.global)
 	root.PersistentFlags().StringVar(&s.hostRoot, "host-root", "/", "where the host's / is mounted in this container (the chart mounts each host path at its own path, so /)")
 	root.AddCommand(s.installBinary(), s.driverEntry(), s.watch(), s.validate(), s.cdi())
@@ -53,13 +56,17 @@ func NewRoot() *cobra.Command {
 
 func (s *shared) logger() (*logrus.Logger, error) { return s.global.Logger(os.Stderr) }
 
-// host is the simulated machine when NPU_STACK_SIM_HOST names one (test
-// beds), else the real one.
-func (s *shared) host() host.Host {
-	if h, ok := simhost.FromEnv(); ok {
-		return h
+// host is the machine this process acts on: the real one, or in a test
+// build the simulated one the test bed names (agenthost).
+func (s *shared) host() (host.Host, error) {
+	if s.sim != nil {
+		return s.sim, nil
 	}
-	return host.NewLinux(s.hostRoot)
+	h, err := agenthost.Select(host.NewLinux(s.hostRoot))
+	if err != nil {
+		return nil, fmt.Errorf("choose the host: %w", err)
+	}
+	return h, nil
 }
 
 func keys(domain string) (contract.Keys, error) { return contract.NewKeys(domain) }
@@ -81,8 +88,14 @@ func (s *shared) installBinary() *cobra.Command {
 			dir := to
 			// --to is a container path (an emptyDir), not a host path; a
 			// simulated host still gets it so tests never write outside it.
-			if h, ok := simhost.FromEnv(); ok {
-				dir = h.Path(to)
+			sim := s.sim
+			if sim == nil {
+				if sim, err = agenthost.Simulated(); err != nil {
+					return fmt.Errorf("choose the host: %w", err)
+				}
+			}
+			if sim != nil {
+				dir = sim.Path(to)
 			}
 			if err := os.MkdirAll(dir, 0o755); err != nil {
 				return fmt.Errorf("install-binary: %w", err)
@@ -129,7 +142,10 @@ func (s *shared) driverEntry() *cobra.Command {
 			}
 			rec := kube.NewRecorder(client, Name)
 			defer rec.Shutdown()
-			h := s.host()
+			h, err := s.host()
+			if err != nil {
+				return err
+			}
 			cfg := driverentry.Config{
 				NodeName: node, Keys: k, DriverVersion: version, DriverRoot: h.Path(root),
 				Markers: marker.Dir{Path: h.Path(markers)}, InstallCommand: args,
@@ -167,7 +183,10 @@ func (s *shared) watch() *cobra.Command {
 			if cfg.Keys, err = keys(domain); err != nil {
 				return err
 			}
-			h := s.host()
+			h, err := s.host()
+			if err != nil {
+				return err
+			}
 			cfg.Markers = marker.Dir{Path: h.Path(markers)}
 			if err := cfg.Validate(); err != nil {
 				return err
@@ -247,7 +266,11 @@ func (s *shared) validate() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			c := validate.Checker{Config: cfg, Host: s.host()}
+			h, err := s.host()
+			if err != nil {
+				return err
+			}
+			c := validate.Checker{Config: cfg, Host: h}
 			ctx := cmd.Context()
 			if timeout > 0 {
 				var cancel context.CancelFunc
@@ -298,7 +321,10 @@ func (s *shared) cdi() *cobra.Command {
 			if output == "" {
 				return errors.New("--output is required, such as /var/run/cdi/huawei-com-npu.yaml")
 			}
-			h := s.host()
+			h, err := s.host()
+			if err != nil {
+				return err
+			}
 			spec, err := cdi.Build(h, o)
 			if err != nil {
 				return err

@@ -15,13 +15,21 @@ import (
 	cdiapi "tags.cncf.io/container-device-interface/pkg/cdi"
 
 	"github.com/openfuyao/npu-stack/internal/health"
+	"github.com/openfuyao/npu-stack/internal/host/agenthost"
 	"github.com/openfuyao/npu-stack/internal/host/simhost"
 	"github.com/openfuyao/npu-stack/internal/marker"
 )
 
+// run runs the command on the simulated host simHost made for this test
+// (handed in: a unit test is not built with the tag simhost), else on the
+// real one.
 func run(t *testing.T, args ...string) (string, error) {
 	t.Helper()
-	root := NewRoot()
+	s := &shared{}
+	if dir := os.Getenv(agenthost.EnvVar); dir != "" {
+		s.sim = simhost.Open(dir)
+	}
+	root := newRoot(s)
 	var out bytes.Buffer
 	root.SetOut(&out)
 	root.SetErr(&out)
@@ -36,7 +44,7 @@ func simHost(t *testing.T, driver string) *simhost.Host {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Setenv(simhost.EnvVar, h.Dir)
+	t.Setenv(agenthost.EnvVar, h.Dir)
 	return h
 }
 

@@ -90,6 +90,9 @@ func TestMakeImagesIsReproducible(t *testing.T) {
 			if !bytes.Equal(got, built) {
 				t.Errorf("%s %s: the image's binary is not the one make built", name, arch)
 			}
+			if bytes.Contains(got, []byte(simhostPkg+".")) {
+				t.Errorf("%s %s: the image's binary holds the simulated host", name, arch)
+			}
 			cf, err := img.ConfigFile()
 			if err != nil {
 				t.Fatal(err)

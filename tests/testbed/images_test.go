@@ -2,6 +2,7 @@ package testbed_test
 
 import (
 	"context"
+	"debug/buildinfo"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,7 +21,9 @@ import (
 
 // TestShippedImagesInTheRegistry pulls each image the test bed pushed, as
 // a user's cluster would, and checks what ships: both architectures, the
-// entrypoint, the user, and an amd64 binary that runs.
+// entrypoint, the user, and an amd64 binary that runs. The test bed's
+// binaries are built with the tag simhost, and only so differ from a
+// release's (tests/release checks the release build).
 func TestShippedImagesInTheRegistry(t *testing.T) {
 	ctx := ctxTimeout(t, 2*time.Minute)
 	users := map[string]string{"npu-hooks": "65532:65532", "npu-healthwatch": "65532:65532", "npu-rebooter": "0:0"}
@@ -64,6 +67,9 @@ func TestShippedImagesInTheRegistry(t *testing.T) {
 			path := filepath.Join(t.TempDir(), bin)
 			if err := os.WriteFile(path, data, 0o755); err != nil {
 				t.Fatal(err)
+			}
+			if bi, err := buildinfo.ReadFile(path); err != nil || buildTags(bi) != "simhost" {
+				t.Errorf("%s from %s: build tags %q (%v), want simhost and nothing else", bin, ref, buildTags(bi), err)
 			}
 			out, err := exec.CommandContext(ctx, path, "--version").CombinedOutput()
 			if err != nil || !strings.Contains(string(out), env.Product.Version) {
@@ -122,4 +128,17 @@ func TestProcessNodePullsLikeAKubelet(t *testing.T) {
 			t.Errorf("pod %s (image %s on %s): want %q mentioning %q: %v; status %+v", c.pod, c.image, c.node, c.reason, c.msg, err, got.Status.ContainerStatuses)
 		}
 	}
+}
+
+// buildTags is the -tags a binary was built with.
+func buildTags(bi *buildinfo.BuildInfo) string {
+	if bi == nil {
+		return ""
+	}
+	for _, s := range bi.Settings {
+		if s.Key == "-tags" {
+			return s.Value
+		}
+	}
+	return ""
 }

@@ -128,7 +128,11 @@ func gitOutput(args ...string) string {
 }
 
 // buildProductArch compiles the binaries for linux/arch into dir with
-// `make build`, stamped with version.
+// `make build`, stamped with version, as a release builds them but with
+// the build tag simhost: the agents on process nodes act on a simulated
+// host, which a release build refuses (internal/host/agenthost).
+// tests/release checks that the release build has no simulated host;
+// npu-hooks is the same program either way.
 func buildProductArch(ctx context.Context, dir, arch, version string) error {
 	root, err := RepoRoot()
 	if err != nil {
@@ -137,7 +141,7 @@ func buildProductArch(ctx context.Context, dir, arch, version string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("product bin dir: %w", err)
 	}
-	cmd := exec.CommandContext(ctx, "make", "--no-print-directory", "build", "BIN_DIR="+dir, "VERSION="+version)
+	cmd := exec.CommandContext(ctx, "make", "--no-print-directory", "build", "BIN_DIR="+dir, "VERSION="+version, "GOTAGS=simhost")
 	cmd.Dir = root
 	cmd.Env = append(os.Environ(), "GOOS=linux", "GOARCH="+arch)
 	if out, err := cmd.CombinedOutput(); err != nil {

@@ -24,9 +24,6 @@ import (
 	"github.com/openfuyao/npu-stack/internal/host"
 )
 
-// EnvVar names the simulated host directory for an agent process.
-const EnvVar = "NPU_STACK_SIM_HOST"
-
 // SMIMode is how the simulated npu-smi behaves.
 type SMIMode string
 
@@ -112,15 +109,6 @@ func Create(dir string, spec Spec) (*Host, error) {
 
 // Open attaches to an existing simulated machine.
 func Open(dir string) *Host { return &Host{Dir: dir, clock: time.Now} }
-
-// FromEnv opens the simulated machine named by $NPU_STACK_SIM_HOST, if set.
-func FromEnv() (*Host, bool) {
-	dir := os.Getenv(EnvVar)
-	if dir == "" {
-		return nil, false
-	}
-	return Open(dir), true
-}
 
 func (h *Host) statePath() string { return filepath.Join(h.Dir, "state.json") }
 

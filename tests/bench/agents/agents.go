@@ -25,6 +25,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/openfuyao/npu-stack/internal/contract"
+	"github.com/openfuyao/npu-stack/internal/host/agenthost"
 	"github.com/openfuyao/npu-stack/internal/host/simhost"
 	"github.com/openfuyao/npu-stack/internal/kube"
 	"github.com/openfuyao/npu-stack/internal/marker"
@@ -197,7 +198,7 @@ func (r *run) start(ctx context.Context, bin string, args ...string) (*proc, err
 	}
 	all := append(args, "--kubeconfig="+r.cfg.Env.Kubeconfig, "--log-level=debug")
 	cmd := exec.CommandContext(ctx, filepath.Join(r.cfg.Env.ProductBinDir, bin), all...)
-	cmd.Env = append(os.Environ(), simhost.EnvVar+"="+r.sim.Dir)
+	cmd.Env = append(os.Environ(), agenthost.EnvVar+"="+r.sim.Dir)
 	pr, pw := io.Pipe()
 	cmd.Stdout, cmd.Stderr = logf, pw
 	if err := cmd.Start(); err != nil {

@@ -22,7 +22,7 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/utils/ptr"
 
-	"github.com/openfuyao/npu-stack/internal/host/simhost"
+	"github.com/openfuyao/npu-stack/internal/host/agenthost"
 )
 
 const (
@@ -305,7 +305,7 @@ func (n *Node) startCtr(ctx context.Context, key string, pod *corev1.Pod, r *pod
 		c.running = true
 		return
 	}
-	procEnv := []string{"PATH=" + os.Getenv("PATH"), "HOME=" + r.dir, simhost.EnvVar + "=" + n.host.Dir}
+	procEnv := []string{"PATH=" + os.Getenv("PATH"), "HOME=" + r.dir, agenthost.EnvVar + "=" + n.host.Dir}
 	if ptr.Deref(pod.Spec.AutomountServiceAccountToken, true) {
 		kc, err := n.podKubeconfig(ctx, pod, r)
 		if err != nil {
