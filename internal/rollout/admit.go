@@ -124,7 +124,7 @@ func admission(b builder, n NodeView) Action {
 	if n.WasCordoned == nil {
 		// A retried node keeps what was recorded the first time: by now
 		// the rollout itself may have cordoned it.
-		a.Change.Annotations[b.k.UpgradeWasCordoned()] = kube.Set(strconv.FormatBool(n.Unschedulable))
+		a.Change.Annotations[b.k.UpgradeWasCordoned()] = kube.Set(strconv.FormatBool(cordonedByAdmin(n)))
 	}
 	a.Change.Annotations[b.k.UpgradeTarget()] = kube.Set(n.Desired)
 	for _, k := range []string{b.k.UpgradeFailureReason(), b.k.UpgradeFailureStep(), b.k.UpgradeBootID(), b.k.UpgradeRerolled()} {

@@ -17,6 +17,16 @@ func recoveryPending(n NodeView) bool {
 	return n.RebootRequired && n.RebootReason == string(contract.ReasonRecovery)
 }
 
+// cordonedByAdmin is whether n, as it is now, is cordoned by an admin: a
+// cordon a recovery holds is an admin's only if the recovery's record
+// says so.
+func cordonedByAdmin(n NodeView) bool {
+	if n.Cordon.Recovery {
+		return n.Unschedulable && n.Cordon.ByAdmin
+	}
+	return n.Unschedulable
+}
+
 // takeCordon cordons n at cordon-required. A node a recovery holds is
 // cordoned by the recovery, not by an admin: the rollout's record of
 // "cordoned before" is then the recovery's.

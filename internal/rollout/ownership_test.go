@@ -125,6 +125,15 @@ func TestBootIDLag(t *testing.T) {
 func TestCordonOwners(t *testing.T) {
 	p := policy(func(p *Policy) { p.AutoUpgrade = true })
 	upgradeOnly := holds(contract.CordonOwners{Upgrade: true})
+	t.Run("admitted while a recovery holds the cordon: not an admin's", func(t *testing.T) {
+		for _, admin := range []bool{false, true} {
+			d := decide(p, nv("a", in(contract.StateUpgradeRequired), cordoned, holds(contract.CordonOwners{Recovery: true, ByAdmin: admin})))
+			a := actionOn(t, d, "a")
+			if got, want := annotationSet(a, keys.UpgradeWasCordoned()), boolString(admin); a.To != contract.StateCordonRequired || got != want {
+				t.Fatalf("admin=%t: to %s, was-cordoned = %q, want cordon-required and %q", admin, a.To, got, want)
+			}
+		}
+	})
 	t.Run("recovery cordoned first: the rollout's record is the recovery's", func(t *testing.T) {
 		d := decide(p, nv("a", in(contract.StateCordonRequired), cordoned, wasCordoned(true), holds(contract.CordonOwners{Upgrade: true, Recovery: true})))
 		a := actionOn(t, d, "a")
