@@ -13,7 +13,6 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/metadata"
-	"k8s.io/utils/clock"
 
 	"github.com/openfuyao/npu-stack/internal/budget"
 	"github.com/openfuyao/npu-stack/internal/cli"
@@ -123,7 +122,7 @@ func newRun(opts *cli.GlobalOptions) *cobra.Command {
 				Client:          client,
 				Metadata:        md,
 				Host:            h,
-				Clock:           clock.RealClock{},
+				Clock:           host.ClockOf(h),
 				Recorder:        rec,
 				Log:             log,
 			})

@@ -9,6 +9,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"k8s.io/utils/clock"
 )
 
 // RebootMethod selects how a reboot is triggered.
@@ -81,4 +83,19 @@ func IsExitError(err error) (*ExitError, bool) {
 	var ee *ExitError
 	ok := errors.As(err, &ee)
 	return ee, ok
+}
+
+// Clocked is a host that keeps its own wall clock rather than the
+// process's: a simulated machine whose clock is set off, as a real one's
+// may be, to test that nothing compares times across machines.
+type Clocked interface {
+	Clock() clock.WithTicker
+}
+
+// ClockOf is h's wall clock: its own if it keeps one, else the real time.
+func ClockOf(h Host) clock.WithTicker {
+	if c, ok := h.(Clocked); ok {
+		return c.Clock()
+	}
+	return clock.RealClock{}
 }

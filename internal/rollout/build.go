@@ -24,6 +24,9 @@ type Inputs struct {
 	Targets []ResolvedTarget
 	Missing []string
 	Busy    map[string]string
+	// Seen are the observer's times per node (observe.go); nil for a
+	// one-off decision, which reads every timeout as just started.
+	Seen map[string]Seen
 }
 
 // View are the parts of the policy that shape the snapshot.
@@ -54,6 +57,7 @@ type viewer struct {
 type viewKeys struct {
 	state, skip, driverVersion, driverReady, rebootRequired        string
 	since, bootID, target, rebootReason, rebootStarted, approve    string
+	rebootFrom                                                     string
 	failureReason, failureStep, rerolled, wasCordoned, specVersion string
 }
 
@@ -64,6 +68,7 @@ func newViewKeys(k contract.Keys) viewKeys {
 		rebootReason: k.RebootReason(), rebootStarted: k.RebootStartedAt(), approve: k.ApproveReboot(),
 		failureReason: k.UpgradeFailureReason(), failureStep: k.UpgradeFailureStep(), rerolled: k.UpgradeRerolled(),
 		wasCordoned: k.UpgradeWasCordoned(), specVersion: k.DriverSpecVersion(),
+		rebootFrom: k.RebootFromBootID(),
 	}
 }
 
@@ -125,6 +130,15 @@ func (w *viewer) view(node *corev1.Node) NodeView {
 		FailureStep:    a[k.failureStep],
 		Rerolled:       ParseRerolled(a[k.rerolled]),
 		TargetPods:     map[string][]TargetPod{},
+	}
+	n.RebootFrom = a[k.rebootFrom]
+	if seen, ok := w.in.Seen[node.Name]; ok {
+		if seen.State == raw && seen.Since == a[k.since] {
+			n.StateSeen = seen.StateAt
+		}
+		if n.RebootFrom != "" && seen.RebootFrom == n.RebootFrom {
+			n.RebootSeen = seen.RebootAt
+		}
 	}
 	if c, ok := a[k.wasCordoned]; ok {
 		b := c == contract.True

@@ -90,6 +90,9 @@ type Controller struct {
 	// admit nodes past maxUnavailable (each patch is conditional on its
 	// own node only, not on the budget).
 	written map[string]*corev1.Node
+	// observed is when this process first saw each node in its step,
+	// on its own clock: what timeouts count from (observe.go).
+	observed observer
 	// background counts evictions and the pauses after failed writes:
 	// work that outlives the writer that started it.
 	background sync.WaitGroup
@@ -229,8 +232,9 @@ func (c *Controller) inputs() (Inputs, View, error) {
 		}
 	}
 	targets, missing := ResolveTargets(c.cfg.Targets, all)
+	seen := c.observed.observe(nodes, c.cfg.Keys, c.cfg.Clock.Now())
 	p := c.cfg.Policy
-	return Inputs{Nodes: nodes, Pods: pods, Drivers: drivers, Targets: targets, Missing: missing, Busy: busy},
+	return Inputs{Nodes: nodes, Pods: pods, Drivers: drivers, Targets: targets, Missing: missing, Busy: busy, Seen: seen},
 		View{Keys: c.cfg.Keys, Canary: p.Canary, WaitSelector: p.WaitForCompletion.Selector}, nil
 }
 

@@ -169,7 +169,9 @@ func decideIdle(b builder, n NodeView, acts *[]Action, pr *Progress) string {
 
 // decideInFlight advances a node between cordon and uncordon.
 func decideInFlight(b builder, n NodeView, p Policy, s Snapshot, now time.Time) ([]Action, string, time.Duration) {
-	elapsed := now.Sub(n.Since)
+	// Measured on this process's clock from when it first saw the node in
+	// this state: since may have been written on another machine.
+	elapsed := now.Sub(stateSeen(n, now))
 	// The desired version went back to the loaded one (a rollback before
 	// this node rebooted): nothing to reboot for, give the node back. A
 	// node that booted since its reboot was asked for did reboot, even if
@@ -240,9 +242,12 @@ func waitPodsNote(n NodeView) string {
 }
 
 // rebootStarted is true when the rebooter issued the reboot for this
-// upgrade (an older start time belongs to an earlier reboot).
+// upgrade: it is rebooting the boot the rollout asked to reboot. Boot IDs,
+// not times: the rebooter's start time is by the NPU node's clock, which
+// need not agree with the rollout's (a reboot started before the request
+// recorded another boot ID, or was completed and cleared).
 func rebootStarted(n NodeView) bool {
-	return !n.RebootStarted.IsZero() && !n.RebootStarted.Before(n.Since.Truncate(time.Second))
+	return n.RebootFrom != "" && n.RebootFrom == n.UpgradeBootID
 }
 
 // rebooted is true when the node's boot ID changed since the rollout
@@ -285,10 +290,13 @@ func decideReboot(b builder, n NodeView, p Policy, now time.Time) ([]Action, str
 		}
 		return nil, "waiting for the rebooter (its RebootPending and RebootRefused events on the node say why)", 0
 	}
-	left := p.RebootTimeout - now.Sub(n.RebootStarted)
+	// Counted from when this process first saw the reboot started, on its
+	// own clock: reboot-started-at is the NPU node's clock, shown only.
+	seen := rebootSeen(n, now)
+	left := p.RebootTimeout - now.Sub(seen)
 	if p.RebootTimeout > 0 && left <= 0 {
-		return []Action{b.fail(n, StepReboot, fmt.Sprintf("node did not come back within %s of its reboot at %s",
-			p.RebootTimeout, n.RebootStarted.UTC().Format(time.RFC3339)))}, "", 0
+		return []Action{b.fail(n, StepReboot, fmt.Sprintf("node did not come back within %s of its reboot (seen started at %s; the node's clock says %s)",
+			p.RebootTimeout, seen.UTC().Format(time.RFC3339), orNone(formatTime(n.RebootStarted))))}, "", 0
 	}
 	return nil, "rebooting", left
 }
@@ -316,7 +324,7 @@ func decideValidation(b builder, n NodeView, p Policy, s Snapshot, now time.Time
 	if wait == "" {
 		return []Action{b.transition(n, contract.StateUncordonRequired, "validated: driver "+n.Loaded+" ready, re-roll targets started after it")}, "", 0
 	}
-	elapsed := now.Sub(n.Since)
+	elapsed := now.Sub(stateSeen(n, now))
 	if p.RebootTimeout > 0 && elapsed >= p.RebootTimeout {
 		return []Action{b.fail(n, StepValidation, fmt.Sprintf("not valid after %s: %s", p.RebootTimeout, wait))}, "", 0
 	}
@@ -383,6 +391,13 @@ func rerollNeeds(n NodeView, targets []string) ([]TargetPod, string) {
 // not started yet will start after.
 func startedBefore(pd TargetPod, drv *DriverPod) bool {
 	return drv != nil && !drv.ReadyAt.IsZero() && !pd.Started.IsZero() && pd.Started.Before(drv.ReadyAt.Truncate(time.Second))
+}
+
+func formatTime(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return t.UTC().Format(time.RFC3339)
 }
 
 func orNone(s string) string {

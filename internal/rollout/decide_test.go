@@ -21,7 +21,7 @@ var (
 // changed by opts.
 func nv(name string, opts ...func(*NodeView)) NodeView {
 	n := NodeView{Name: name, ResourceVersion: "7", StateKnown: true, Ready: true, BootID: "boot-a",
-		Profile: "npu-operator/drv", Desired: "2.0", Loaded: "1.0", Since: now.Add(-time.Minute),
+		Profile: "npu-operator/drv", Desired: "2.0", Loaded: "1.0", Since: now.Add(-time.Minute), StateSeen: now.Add(-time.Minute),
 		TargetPods: map[string][]TargetPod{}, Rerolled: map[string]string{}}
 	for _, o := range opts {
 		o(&n)
@@ -161,7 +161,7 @@ func TestWaitForCompletion(t *testing.T) {
 	if d.Requeue != 4*time.Minute {
 		t.Fatalf("requeue = %s, want the 4m left of the timeout", d.Requeue)
 	}
-	want(t, decide(bounded, nv("a", in(contract.StateWaitForJobsRequired), busy, func(n *NodeView) { n.Since = now.Add(-6 * time.Minute) })),
+	want(t, decide(bounded, nv("a", in(contract.StateWaitForJobsRequired), busy, func(n *NodeView) { n.StateSeen = now.Add(-6 * time.Minute) })),
 		"a:wait-for-jobs-required>pod-deletion-required")
 }
 
@@ -182,26 +182,42 @@ func TestRebootStep(t *testing.T) {
 		t.Fatalf("auto mode waits for the rebooter, got %q", d.Waiting["a"])
 	}
 	// The reboot timeout counts from the reboot, not from the approval wait.
-	old := func(n *NodeView) { n.Since = now.Add(-2 * time.Hour) }
+	old := func(n *NodeView) { n.Since, n.StateSeen = now.Add(-2*time.Hour), now.Add(-2*time.Hour) }
 	want(t, decide(p, nv("a", rebooting, old)))
-	started := func(ago time.Duration) func(*NodeView) {
-		return func(n *NodeView) { n.RebootStarted = now.Add(-ago) }
+	// seen: the rollout first saw the reboot of boot-a started ago, on
+	// its own clock; the node's clock (reboot-started-at) is off by skew.
+	started := func(ago, skew time.Duration) func(*NodeView) {
+		return func(n *NodeView) {
+			n.RebootFrom, n.RebootSeen, n.RebootStarted = "boot-a", now.Add(-ago), now.Add(-ago+skew)
+		}
 	}
-	d = decide(p, nv("a", rebooting, old, started(10*time.Minute)))
-	want(t, d)
-	if d.Requeue != 20*time.Minute {
-		t.Fatalf("requeue = %s, want the 20m left", d.Requeue)
+	for _, skew := range []time.Duration{0, -10 * time.Minute, 10 * time.Minute, -3 * time.Hour, 3 * time.Hour} {
+		d = decide(p, nv("a", rebooting, old, started(10*time.Minute, skew)))
+		want(t, d)
+		if d.Requeue != 20*time.Minute || d.Waiting["a"] != "rebooting" {
+			t.Fatalf("skew %s: requeue = %s, waiting %q; want rebooting, the 20m left", skew, d.Requeue, d.Waiting["a"])
+		}
+		d = decide(p, nv("a", rebooting, old, started(31*time.Minute, skew)))
+		want(t, d, "a:reboot-required>upgrade-failed")
 	}
-	d = decide(p, nv("a", rebooting, old, started(31*time.Minute)))
-	want(t, d, "a:reboot-required>upgrade-failed")
+	// A reboot never observed before (a one-off decision, a restarted
+	// rollout) counts from now: the whole timeout is left.
+	d = decide(p, nv("a", rebooting, old, started(0, time.Hour), func(n *NodeView) { n.RebootSeen = time.Time{} }))
+	if want(t, d); d.Requeue != 30*time.Minute {
+		t.Fatalf("requeue = %s, want the whole 30m", d.Requeue)
+	}
+	d = decide(p, nv("a", rebooting, old, started(31*time.Minute, 0)))
 	if s := *d.Actions[0].Change.Annotations[keys.UpgradeFailureStep()]; s != StepReboot {
 		t.Fatalf("failure step = %s", s)
 	}
 	if d.Actions[0].Change.Unschedulable != nil {
 		t.Fatal("a node lost in its reboot must stay cordoned")
 	}
-	// A start time older than this upgrade belongs to an earlier reboot.
-	want(t, decide(p, nv("a", rebooting, started(2*time.Hour))))
+	// A reboot recorded from another boot belongs to an earlier reboot.
+	d = decide(p, nv("a", rebooting, started(2*time.Hour, 0), func(n *NodeView) { n.RebootFrom = "boot-0" }))
+	if want(t, d); !strings.Contains(d.Waiting["a"], "approve-reboot") {
+		t.Fatalf("an earlier reboot is not this one: waiting %q", d.Waiting["a"])
+	}
 	// Boot ID changed: rebooted.
 	d = decide(p, nv("a", rebooting, func(n *NodeView) { n.BootID = "boot-b" }))
 	want(t, d, "a:reboot-required>validation-required")
@@ -264,7 +280,13 @@ func TestValidation(t *testing.T) {
 	if got := *d.Actions[0].Change.Annotations[keys.UpgradeRerolled()]; got != "u1=ns/dp" {
 		t.Fatalf("re-rolled pods recorded as %q, want u1=ns/dp", got)
 	}
-	late := func(n *NodeView) { n.Since = now.Add(-31 * time.Minute); n.DriverReady = false }
+	// since written by a rollout run on a machine whose clock is 31m
+	// ahead of this one: the age is this process's own observation.
+	skewed := func(n *NodeView) { n.Since = now.Add(-31 * time.Minute); n.DriverReady = false }
+	if d = decide(p, nv("a", validating, skewed)); len(d.Actions) != 0 || d.Requeue != 29*time.Minute {
+		t.Fatalf("since by another clock must not decide the timeout: %v, requeue %s", moves(d), d.Requeue)
+	}
+	late := func(n *NodeView) { n.StateSeen = now.Add(-31 * time.Minute); n.DriverReady = false }
 	d = decide(p, nv("a", validating, late))
 	want(t, d, "a:validation-required>upgrade-failed")
 	if r := *d.Actions[0].Change.Annotations[keys.UpgradeFailureReason()]; !strings.Contains(r, "driver-ready") {

@@ -52,8 +52,19 @@ type NodeView struct {
 	Target         string
 	RebootRequired bool
 	RebootReason   string
-	RebootStarted  time.Time
-	Approved       bool
+	// RebootStarted is reboot-started-at, by the NPU node's clock: shown
+	// to humans, never compared with the rollout's time.
+	RebootStarted time.Time
+	// RebootFrom is reboot-from-boot-id: the boot the rebooter started
+	// rebooting, "" when no reboot is in flight.
+	RebootFrom string
+	// StateSeen and RebootSeen are when this process first saw the node
+	// in its current state and its current reboot started, on its own
+	// clock (zero: not observed, read as now). Timeouts count from these
+	// (observe.go).
+	StateSeen  time.Time
+	RebootSeen time.Time
+	Approved   bool
 	// ApprovalValue is the approve-reboot annotation as written: any
 	// value but "true" is no approval, and the notes say so.
 	ApprovalValue string

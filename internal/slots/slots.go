@@ -5,8 +5,16 @@
 // Taking a slot is a compare-and-swap on the API server (create, or update
 // at the resourceVersion that showed the slot free), so two nodes never
 // both win one slot, whatever their caches say. A holder that vanishes
-// never blocks the fleet for good: its slot is free once its renew time is
-// older than the lease duration (the TTL).
+// never blocks the fleet for good: its slot is free once its holder has
+// not renewed it for the lease duration (the TTL).
+//
+// How long a holder has not renewed is measured on the observer's clock,
+// as client-go's leader election does: the renew time a holder writes is
+// by its own clock, which need not agree with the observer's by minutes.
+// Each Slots remembers when it first saw each slot's current holder record
+// (holder, acquire and renew time as written) and counts the TTL from
+// there. A fresh process has seen nothing yet and gives every held slot a
+// full TTL: it may wait longer than the TTL, never shorter.
 package slots
 
 import (
@@ -14,6 +22,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"sync"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -52,7 +61,20 @@ type Config struct {
 }
 
 // Slots is one holder's view of the slots.
-type Slots struct{ cfg Config }
+type Slots struct {
+	cfg Config
+
+	mu sync.Mutex
+	// seen maps a slot to its holder record as last seen and when this
+	// process first saw that record, on its own clock.
+	seen map[string]sighting
+}
+
+// sighting is one holder record of a slot and when it was first seen.
+type sighting struct {
+	record string
+	at     time.Time
+}
 
 // New validates cfg.
 func New(cfg Config) (*Slots, error) {
@@ -68,16 +90,19 @@ func New(cfg Config) (*Slots, error) {
 	if cfg.Clock == nil {
 		cfg.Clock = clock.RealClock{}
 	}
-	return &Slots{cfg: cfg}, nil
+	return &Slots{cfg: cfg, seen: map[string]sighting{}}, nil
 }
 
-// Free reports whether l can be taken at now: nobody holds it, or its
-// holder stopped renewing it more than its duration ago.
+// Free reports whether l, by the times written in it, can be taken at now:
+// nobody holds it, or its renew time is more than its duration before now.
+// The renew time is by the holder's clock: good for showing, and for an
+// observer on the same clock (tests); holders decide with their own
+// observations instead.
 func Free(l *coordinationv1.Lease, now time.Time) bool {
 	return ptr.Deref(l.Spec.HolderIdentity, "") == "" || !now.Before(Expiry(l))
 }
 
-// Expiry is when l frees itself if not renewed.
+// Expiry is when l frees itself if not renewed, by its holder's clock.
 func Expiry(l *coordinationv1.Lease) time.Time {
 	var renewed time.Time
 	switch {
@@ -89,15 +114,66 @@ func Expiry(l *coordinationv1.Lease) time.Time {
 	return renewed.Add(time.Duration(ptr.Deref(l.Spec.LeaseDurationSeconds, 0)) * time.Second)
 }
 
+// record is what a holder writes when it takes or renews l: any change
+// shows the holder alive (or a new one).
+func record(l *coordinationv1.Lease) string {
+	stamp := func(t *metav1.MicroTime) string {
+		if t == nil {
+			return ""
+		}
+		return t.UTC().Format(time.RFC3339Nano)
+	}
+	return fmt.Sprintf("%s|%s|%s|%d", ptr.Deref(l.Spec.HolderIdentity, ""), stamp(l.Spec.AcquireTime), stamp(l.Spec.RenewTime),
+		ptr.Deref(l.Spec.LeaseDurationSeconds, 0))
+}
+
+// observedExpiry is when l frees itself unless renewed, on this process's
+// clock: its duration after this process first saw its current holder
+// record. The caller holds s.mu.
+func (s *Slots) observedExpiry(l *coordinationv1.Lease, now time.Time) time.Time {
+	rec := record(l)
+	sg, ok := s.seen[l.Name]
+	if !ok || sg.record != rec {
+		sg = sighting{record: rec, at: now}
+		s.seen[l.Name] = sg
+	}
+	return sg.at.Add(time.Duration(ptr.Deref(l.Spec.LeaseDurationSeconds, 0)) * time.Second)
+}
+
+// free: nobody holds l, or this process has seen no renewal of it for its
+// duration. The caller holds s.mu.
+func (s *Slots) free(l *coordinationv1.Lease, now time.Time) bool {
+	if ptr.Deref(l.Spec.HolderIdentity, "") == "" {
+		return true
+	}
+	return !now.Before(s.observedExpiry(l, now))
+}
+
+// wrote records l as this holder just wrote it: its own write is seen now.
+func (s *Slots) wrote(l *coordinationv1.Lease, now time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.seen[l.Name] = sighting{record: record(l), at: now}
+}
+
 // HeldBy returns the live slot among leases held by holder, or nil.
 func (s *Slots) HeldBy(leases []*coordinationv1.Lease) *coordinationv1.Lease {
 	now := s.cfg.Clock.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var held *coordinationv1.Lease
 	for _, l := range leases {
-		if s.isSlot(l.Name) && ptr.Deref(l.Spec.HolderIdentity, "") == s.cfg.Holder && !Free(l, now) {
-			return l
+		if !s.isSlot(l.Name) {
+			continue
+		}
+		// Every slot is looked at, so that a renewal is seen when the
+		// cache shows it, not only when this holder next competes.
+		free := s.free(l, now)
+		if held == nil && ptr.Deref(l.Spec.HolderIdentity, "") == s.cfg.Holder && !free {
+			held = l
 		}
 	}
-	return nil
+	return held
 }
 
 // Held reports whether this holder has a live slot in leases (a cached
@@ -117,8 +193,8 @@ func (s *Slots) isSlot(name string) bool {
 type Result struct {
 	// Slot is the Lease now held, "" when every slot is taken.
 	Slot string
-	// NextExpiry is, when every slot is taken, the earliest time one of
-	// them frees itself unless renewed.
+	// NextExpiry is, when every slot is taken, the earliest time (on
+	// this process's clock) one of them frees itself unless renewed.
 	NextExpiry time.Time
 	// Holders are the nodes holding the slots, for the "waiting for" message.
 	Holders []string
@@ -146,13 +222,19 @@ func (s *Slots) Acquire(ctx context.Context) (Result, error) {
 	for k := 0; k < s.cfg.Count; k++ {
 		name := Name((start + k) % s.cfg.Count)
 		l, ok := leases[name]
+		s.mu.Lock()
+		free, exp := ok && s.free(l, now), time.Time{}
+		if ok && !free {
+			exp = s.observedExpiry(l, now)
+		}
+		s.mu.Unlock()
 		switch {
 		case !ok:
 			err = s.create(ctx, name, now)
-		case Free(l, now):
+		case free:
 			err = s.take(ctx, l, now)
 		default:
-			if exp := Expiry(l); res.NextExpiry.IsZero() || exp.Before(res.NextExpiry) {
+			if res.NextExpiry.IsZero() || exp.Before(res.NextExpiry) {
 				res.NextExpiry = exp
 			}
 			res.Holders = append(res.Holders, ptr.Deref(l.Spec.HolderIdentity, ""))
@@ -216,10 +298,11 @@ func (s *Slots) create(ctx context.Context, name string, now time.Time) error {
 			RenewTime:            &t,
 		},
 	}
-	_, err := s.cfg.Client.CoordinationV1().Leases(s.cfg.Namespace).Create(ctx, l, metav1.CreateOptions{})
+	created, err := s.cfg.Client.CoordinationV1().Leases(s.cfg.Namespace).Create(ctx, l, metav1.CreateOptions{})
 	if err != nil {
 		return fmt.Errorf("create reboot slot %s/%s for node %s: %w", s.cfg.Namespace, name, s.cfg.Holder, err)
 	}
+	s.wrote(created, now)
 	return nil
 }
 
@@ -233,10 +316,11 @@ func (s *Slots) take(ctx context.Context, l *coordinationv1.Lease, now time.Time
 	l.Spec.HolderIdentity = ptr.To(s.cfg.Holder)
 	l.Spec.LeaseDurationSeconds = ptr.To(s.ttlSeconds())
 	l.Spec.AcquireTime, l.Spec.RenewTime = &t, &t
-	_, err := s.cfg.Client.CoordinationV1().Leases(s.cfg.Namespace).Update(ctx, l, metav1.UpdateOptions{})
+	taken, err := s.cfg.Client.CoordinationV1().Leases(s.cfg.Namespace).Update(ctx, l, metav1.UpdateOptions{})
 	if err != nil {
 		return fmt.Errorf("take reboot slot %s/%s for node %s: %w", s.cfg.Namespace, l.Name, s.cfg.Holder, err)
 	}
+	s.wrote(taken, now)
 	return nil
 }
 
@@ -245,10 +329,11 @@ func (s *Slots) renew(ctx context.Context, l *coordinationv1.Lease, now time.Tim
 	l = l.DeepCopy()
 	l.Spec.RenewTime = &t
 	l.Spec.LeaseDurationSeconds = ptr.To(s.ttlSeconds())
-	_, err := s.cfg.Client.CoordinationV1().Leases(s.cfg.Namespace).Update(ctx, l, metav1.UpdateOptions{})
+	renewed, err := s.cfg.Client.CoordinationV1().Leases(s.cfg.Namespace).Update(ctx, l, metav1.UpdateOptions{})
 	if err != nil {
 		return fmt.Errorf("renew reboot slot %s/%s of node %s: %w", s.cfg.Namespace, l.Name, s.cfg.Holder, err)
 	}
+	s.wrote(renewed, now)
 	return nil
 }
 

@@ -1,11 +1,13 @@
 package slots
 
 import (
+	"context"
 	"testing"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
 	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 )
@@ -53,7 +55,9 @@ func TestHeldBy(t *testing.T) {
 		{"none", nil, false},
 		{"ours", []*coordinationv1.Lease{lease("reboot-slot-1", "a", time.Second, 60)}, true},
 		{"someone else's", []*coordinationv1.Lease{lease("reboot-slot-0", "b", time.Second, 60)}, false},
-		{"ours but expired", []*coordinationv1.Lease{lease("reboot-slot-0", "a", 2*time.Minute, 60)}, false},
+		// Written two minutes ago by a clock that may be off: first seen
+		// now, so held for a TTL from now.
+		{"ours, renew time old by the writer's clock", []*coordinationv1.Lease{lease("reboot-slot-0", "a", 2*time.Minute, 60)}, true},
 		{"ours beyond the slot count", []*coordinationv1.Lease{lease("reboot-slot-2", "a", time.Second, 60)}, false},
 	} {
 		if got := s.Held(tc.leases); got != tc.held {
@@ -71,5 +75,83 @@ func TestNewValidates(t *testing.T) {
 		if _, err := New(cfg); err == nil {
 			t.Errorf("New(%+v) accepted", cfg)
 		}
+	}
+}
+
+// A slot's expiry is judged on the observer's clock from when it first saw
+// the holder's current renewal, whatever time the holder wrote: with the
+// holder's clock hours off, the slot frees exactly a TTL after the last
+// renewal seen.
+func TestExpiryIsMeasuredOnTheObserversClock(t *testing.T) {
+	for _, skew := range []time.Duration{0, -time.Hour, time.Hour, -10 * time.Minute, 10 * time.Minute} {
+		t.Run(skew.String(), func(t *testing.T) {
+			clk := clocktesting.NewFakeClock(t0)
+			held := lease(Name(0), "b", -skew, 60) // renewed "now" by b's clock, which is skew ahead
+			held.Namespace, held.Labels = "ns", map[string]string{LabelKey: LabelValue}
+			client := fake.NewClientset(held)
+			s, err := New(Config{Client: client, Namespace: "ns", Count: 1, TTL: time.Minute, Holder: "a", Clock: clk})
+			if err != nil {
+				t.Fatal(err)
+			}
+			steps := []struct {
+				after time.Duration
+				renew bool
+				take  bool
+			}{
+				{0, false, false},
+				{59 * time.Second, false, false},
+				{0, true, false}, // b renews (its clock still skewed), a sees it: a full TTL again
+				{59 * time.Second, false, false},
+				{time.Second, false, true},
+			}
+			for i, st := range steps {
+				clk.Step(st.after)
+				if st.renew {
+					l, err := client.CoordinationV1().Leases("ns").Get(context.Background(), Name(0), metav1.GetOptions{})
+					if err != nil {
+						t.Fatal(err)
+					}
+					rt := metav1.NewMicroTime(clk.Now().Add(skew))
+					l.Spec.RenewTime = &rt
+					if _, err := client.CoordinationV1().Leases("ns").Update(context.Background(), l, metav1.UpdateOptions{}); err != nil {
+						t.Fatal(err)
+					}
+				}
+				res, err := s.Acquire(context.Background())
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got := res.Slot != ""; got != st.take {
+					t.Fatalf("step %d (+%s): took the slot %t, want %t (next expiry %s)", i, clk.Since(t0), got, st.take, res.NextExpiry)
+				}
+				if !st.take && !res.NextExpiry.After(clk.Now()) {
+					t.Fatalf("step %d: next expiry %s is not after now %s", i, res.NextExpiry, clk.Now())
+				}
+			}
+		})
+	}
+}
+
+func TestOwnSlotLivesATTLFromItsOwnWrite(t *testing.T) {
+	clk := clocktesting.NewFakeClock(t0)
+	client := fake.NewClientset()
+	s, err := New(Config{Client: client, Namespace: "ns", Count: 1, TTL: time.Minute, Holder: "a", Clock: clk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res, err := s.Acquire(context.Background()); err != nil || res.Slot == "" {
+		t.Fatalf("take: %v %+v", err, res)
+	}
+	l, err := client.CoordinationV1().Leases("ns").Get(context.Background(), Name(0), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk.Step(59 * time.Second)
+	if !s.Held([]*coordinationv1.Lease{l}) {
+		t.Fatal("own slot must be held within its TTL of the write")
+	}
+	clk.Step(time.Second)
+	if s.Held([]*coordinationv1.Lease{l}) {
+		t.Fatal("own slot not renewed for its TTL must not count as held")
 	}
 }
