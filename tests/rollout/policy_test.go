@@ -49,7 +49,8 @@ func TestNewerPolicyWinsAtOnce(t *testing.T) {
 	f.policy["paused"] = true
 	hookArgs := f.upgrade(ctx, newVersion)
 	hook := f.startRollout(hookArgs, "--lease-identity=hook-"+f.ns)
-	waitOutput(ctx, t, resume, "the rollout policy changed")
+	// A watch event: seconds, not minutes.
+	waitOutput(ctxTimeout(t, time.Minute), t, resume, "the rollout policy changed")
 	approve(t, names[0])
 	if code := resume.wait(ctx, t); code != 0 || !strings.Contains(resume.output(), "rollout paused") {
 		t.Fatalf("the resume run must end paused under the newer policy: exit %d\n%s", code, tail(resume.output(), 20))
