@@ -56,13 +56,14 @@ var allowlist = map[string][]string{
 	},
 	// Watches NPU nodes, pods, DaemonSets; patches nodes; evicts (PDBs
 	// honoured) and drains; deletes pods to re-roll them; leader election
-	// on one Lease.
+	// on one Lease; reads and watches its policy ConfigMap.
 	"rollout": {
 		"get nodes", "list nodes", "watch nodes", "patch nodes",
 		"get pods", "list pods", "watch pods", "delete pods", "create pods/eviction",
 		"get daemonsets.apps", "list daemonsets.apps", "watch daemonsets.apps",
 		"create events", "patch events",
 		"get leases.coordination.k8s.io", "create leases.coordination.k8s.io", "update leases.coordination.k8s.io",
+		"get configmaps", "list configmaps", "watch configmaps",
 	},
 	// Lists the NPU nodes and the pods on them (kubectl's drain library,
 	// which asks for the DaemonSet of each DaemonSet pod).
