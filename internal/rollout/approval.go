@@ -17,9 +17,13 @@ import (
 // is left to the rebooter.
 
 // dropApproval removes a left-over approval in a, the action that ends
-// n's upgrade.
+// n's upgrade, unless a reboot request stays pending after a.
 func dropApproval(b builder, n NodeView, a *Action) {
-	if n.ApprovalValue == "" || n.RebootRequired {
+	pending := n.RebootRequired
+	if v, ok := a.Change.Labels[b.k.RebootRequired()]; ok && v == nil {
+		pending = false // a withdraws the request
+	}
+	if n.ApprovalValue == "" || pending {
 		return
 	}
 	a.Change.Annotations[b.k.ApproveReboot()] = nil

@@ -199,3 +199,24 @@ func TestCordonOwners(t *testing.T) {
 		}
 	})
 }
+
+// An upgrade abandoned before its reboot (the driver disabled, the
+// profile removed) withdraws its request and with it the approval given
+// for it; a recovery request pending keeps both.
+func TestAbandonedUpgradeDropsItsApproval(t *testing.T) {
+	b := builder{k: keys, now: now}
+	waiting := func(reason contract.RebootReason) func(*NodeView) {
+		return func(n *NodeView) {
+			n.State, n.RawState, n.UpgradeBootID = contract.StateRebootRequired, string(contract.StateRebootRequired), "boot-a"
+			n.RebootRequired, n.RebootReason = true, string(reason)
+		}
+	}
+	a := abandon(b, nv("a", waiting(contract.ReasonUpgrade), approved, cordoned, wasCordoned(false)), "profile removed")
+	if !annotationRemoved(a, keys.ApproveReboot()) {
+		t.Fatalf("approval kept after the upgrade's request was withdrawn: %+v", a.Change)
+	}
+	a = abandon(b, nv("a", waiting(contract.ReasonRecovery), approved, cordoned, wasCordoned(false)), "profile removed")
+	if _, touched := a.Change.Annotations[keys.ApproveReboot()]; touched {
+		t.Fatal("the approval of a pending recovery request was removed")
+	}
+}

@@ -56,5 +56,6 @@ func abandon(b builder, n NodeView, why string) Action {
 		giveBack(b, n, &a)
 	}
 	a.Events = append(a.Events, Event{Reason: contract.EventUpgradeAbandoned, Warning: true, Message: a.Message})
+	dropApproval(b, n, &a)
 	return a
 }
