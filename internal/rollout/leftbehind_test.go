@@ -234,3 +234,19 @@ func held(admin bool) func(*NodeView) {
 		n.Cordon = contract.CordonOwners{Upgrade: true, ByAdmin: admin}
 	}
 }
+
+// TestPlanNamesNodesLeftBehind: plan says which nodes a run will leave
+// behind, and does not plan them.
+func TestPlanNamesNodesLeftBehind(t *testing.T) {
+	got := Plan(Snapshot{Nodes: []NodeView{nv("a"), nv("b", notReady), nv("c", recovering)}}, policy())
+	notes := map[string]string{}
+	for _, e := range got {
+		notes[e.Node] = e.Note
+		if e.Node != "a" && e.Order != 0 {
+			t.Errorf("%s is planned (order %d); it is left behind", e.Node, e.Order)
+		}
+	}
+	if !strings.HasPrefix(notes["b"], "left behind: node NotReady") || !strings.HasPrefix(notes["c"], "left behind: a recovery reboot is pending") {
+		t.Fatalf("plan notes: %v", notes)
+	}
+}

@@ -110,7 +110,9 @@ func Plan(s Snapshot, p Policy) []PlanEntry {
 		case n.Skip:
 			e.Note = "skipped: skip label set"
 		case !n.Ready:
-			e.Note = "waits: node NotReady"
+			e.Note = "left behind: node NotReady (taken up by a later run once it is Ready)"
+		case recoveryPending(n):
+			e.Note = "left behind: a recovery reboot is pending"
 		default:
 			todo, todoNodes = append(todo, e), append(todoNodes, n)
 			continue
