@@ -17,6 +17,7 @@ package fleet
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -80,11 +81,29 @@ type Config struct {
 	// manager's --node-monitor-grace-period.
 	HeartbeatEvery time.Duration
 	Clock          clock.WithTickerAndDelayedExecution
+	// ProbeEvery is how often the health-watch of a machine whose last
+	// probe failed probes again (0: DefaultProbeEvery); a healthy
+	// machine's periodic probes change nothing and are not played.
+	ProbeEvery time.Duration
 	// Recorder receives the rebooter's Rebooting and RebootCompleted
-	// events (nil: none).
+	// events and the health-watch's (nil: none).
 	Recorder reboot.Recorder
 	Log      logrus.FieldLogger
 }
+
+// WedgedLabel on a node (value "true") gives it a machine whose chips
+// never probe healthy, reboots included: its health-watch asks for a
+// recovery reboot, which waits for an approval nobody gives (recovery is
+// not automatic, the chart's default). A real fleet always has such a
+// node.
+const WedgedLabel = "bench.npu-stack.openfuyao.com/wedged"
+
+// DefaultProbeEvery is Config.ProbeEvery's default: the chart's default
+// probe interval scaled as the benchmark scales a node upgrade.
+const DefaultProbeEvery = 2 * time.Second
+
+// healthPolicy is the chart's default failure threshold.
+var healthPolicy = health.Policy{FailureThreshold: 3}
 
 // Stats count what the simulated nodes did.
 type Stats struct {
@@ -130,9 +149,10 @@ type machine struct {
 	bootAt   time.Time // when the pending reboot completes
 	loadAt   time.Time // driver pod: when the driver load completes
 	health   health.State
-	probed   bool   // health-watch: probed this boot
-	probedAt string // driver loaded when it last probed ("" none)
-	lastOK   bool
+	probed   bool      // health-watch: probed this boot
+	probedAt string    // driver loaded when it last probed ("" none)
+	lastOK   bool      // health-watch: the last probe's result
+	lastTime time.Time // health-watch: when it last probed
 	// kubelet: the pods to restart in place after the last reboot (nil:
 	// none left, or no reboot yet).
 	restart *restart
@@ -151,10 +171,15 @@ func New(cfg Config) *Sim {
 	if cfg.HeartbeatEvery < renewTick {
 		cfg.HeartbeatEvery = DefaultHeartbeatEvery
 	}
+	if cfg.ProbeEvery <= 0 {
+		cfg.ProbeEvery = DefaultProbeEvery
+	}
 	s := &Sim{
 		cfg: cfg,
 		policy: reboot.Policy{
-			Keys: cfg.Keys, AutoUpgrade: true, AutoRecover: true, MaxWedgedNodes: intstr.FromString("100%"),
+			// Recovery waits for an approval, as by the chart's default:
+			// only the wedged node asks for one.
+			Keys: cfg.Keys, AutoUpgrade: true, AutoRecover: false, MaxWedgedNodes: intstr.FromString("100%"),
 			// The loop guard never trips: every node reboots once per
 			// rollout, and rollouts are seconds apart at the least.
 			Budget:       budget.Budget{Max: 10, Window: time.Second},
@@ -266,12 +291,15 @@ func (s *Sim) work(ctx context.Context) {
 	}
 }
 
-func (s *Sim) machine(name string) *machine {
+func (s *Sim) machine(name string, wedged bool) *machine {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	m := s.machines[name]
 	if m == nil {
 		m = &machine{host: memhost.New(s.cfg.Machine, s.cfg.Clock)}
+		if wedged {
+			m.host.WedgeForever()
+		}
 		s.machines[name] = m
 	}
 	return m
@@ -300,7 +328,7 @@ func (s *Sim) sync(ctx context.Context, name string) (time.Duration, error) {
 	if err != nil {
 		return 0, fmt.Errorf("node %s from the cache: %w", name, err)
 	}
-	m := s.machine(name)
+	m := s.machine(name, node.Labels[WedgedLabel] == contract.True)
 	now := s.cfg.Clock.Now()
 	if m.host.RebootPending() {
 		// The machine is down: none of its agents runs.
@@ -449,35 +477,59 @@ func (s *Sim) rebooter(ctx context.Context, node *corev1.Node, m *machine, now t
 	}
 }
 
-// healthWatch is the sidecar's probe: at boot, and at once when the
-// driver entry loads a driver (the marker appearing), as the real watch
-// does; its periodic probes change nothing on a healthy machine.
-func (s *Sim) healthWatch(ctx context.Context, node *corev1.Node, m *machine, _ time.Time) (time.Duration, bool, error) {
+// healthWatch is the sidecar's probe: at boot, at once when the driver
+// entry loads a driver (the marker appearing), as the real watch does,
+// and every ProbeEvery while the last probe failed; the periodic probes
+// of a healthy machine change nothing. A failed probe counts towards the
+// failure threshold once, as the real watch's does.
+func (s *Sim) healthWatch(ctx context.Context, node *corev1.Node, m *machine, now time.Time) (time.Duration, bool, error) {
 	loaded, _ := m.host.LoadedDriver(ctx)
-	if !m.probed || m.probedAt != loaded {
+	probed := false
+	failing := !m.lastOK && loaded != "" // without a driver a probe fails and counts for nothing
+	if !m.probed || m.probedAt != loaded || failing && !now.Before(m.lastTime.Add(s.cfg.ProbeEvery)) {
 		r := health.Prober{Host: m.host, Clock: s.cfg.Clock, Timeout: 10 * time.Second}.Probe(ctx, 0)
-		m.probed, m.probedAt, m.lastOK = true, loaded, r.OK
+		m.probed, m.probedAt, m.lastOK, m.lastTime, probed = true, loaded, r.OK, now, true
+	}
+	var wake time.Duration
+	if !m.lastOK && loaded != "" {
+		wake = max(m.lastTime.Add(s.cfg.ProbeEvery).Sub(now), time.Millisecond)
+		if !probed {
+			return wake, false, nil
+		}
 	}
 	k := s.cfg.Keys
 	obs := health.Observation{
-		Probe:  health.Result{OK: m.lastOK, Reason: "simulated probe failed"},
+		Probe:  health.Result{OK: m.lastOK, Reason: "simulated chips report Health Critical"},
 		Marker: loaded != "",
 		Node: health.NodeView{RebootRequired: node.Labels[k.RebootRequired()] == contract.True,
 			RebootReason: node.Annotations[k.RebootReason()], DriverReady: node.Labels[k.DriverReady()]},
 	}
-	st, acts := health.Decide(health.Policy{FailureThreshold: 3}, m.health, obs)
+	st, acts := health.Decide(healthPolicy, m.health, obs)
 	m.health = st
-	if acts.RequestRecovery || acts.WithdrawRecovery {
-		return 0, true, fmt.Errorf("node %s: the simulated health-watch does not stage recoveries", node.Name)
+	change := kube.NodeChange{Labels: map[string]*string{}, Annotations: map[string]*string{}}
+	if acts.DriverReady != nil {
+		change.Labels[k.DriverReady()] = kube.Set(strconv.FormatBool(*acts.DriverReady))
 	}
-	if acts.DriverReady == nil {
-		return 0, false, nil
+	switch {
+	case acts.RequestRecovery:
+		change.Labels[k.RebootRequired()] = kube.Set(contract.True)
+		change.Annotations[k.RebootReason()] = kube.Set(string(contract.ReasonRecovery))
+	case acts.WithdrawRecovery:
+		change.Labels[k.RebootRequired()] = nil
+		change.Annotations[k.RebootReason()] = nil
 	}
-	v := contract.False
-	if *acts.DriverReady {
-		v = contract.True
+	if len(change.Labels) == 0 && len(change.Annotations) == 0 {
+		return wake, false, nil
 	}
-	return 0, true, s.patch(ctx, m, node.Name, kube.NodeChange{Labels: map[string]*string{k.DriverReady(): kube.Set(v)}})
+	if err := s.patch(ctx, m, node.Name, change); err != nil {
+		return wake, true, err
+	}
+	if s.cfg.Recorder != nil {
+		for _, e := range acts.Events {
+			s.cfg.Recorder.Node(node, e.Warning, e.Reason, "%s", e.Message)
+		}
+	}
+	return wake, true, nil
 }
 
 // driverEntry is the driver pod's gate: on a fresh boot it loads the

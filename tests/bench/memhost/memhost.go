@@ -85,8 +85,21 @@ func (h *Host) CompleteReboot() bool {
 	h.st.BootID = NewBootID()
 	h.st.BootTime = h.clock.Now()
 	h.st.LoadedDriver = ""
-	h.st.Wedged = nil
+	if !h.st.StickyWedge {
+		h.st.Wedged = nil
+	}
 	return true
+}
+
+// WedgeForever wedges every chip with a fault a reboot does not fix.
+func (h *Host) WedgeForever() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.st.StickyWedge = true
+	h.st.Wedged = nil
+	for c := 0; c < h.st.ChipCount; c++ {
+		h.st.Wedged = append(h.st.Wedged, c)
+	}
 }
 
 func (h *Host) NPUSMI(ctx context.Context, args ...string) ([]byte, error) {

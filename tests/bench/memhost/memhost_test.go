@@ -51,3 +51,25 @@ func TestRebootCycle(t *testing.T) {
 		t.Fatalf("loaded %q", v)
 	}
 }
+
+// A machine wedged for good probes unhealthy before and after a reboot.
+func TestWedgeForeverSurvivesReboots(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
+	h := New(simhost.Spec{Chip: "910b", ChipCount: 8, Driver: "1.0.0"}, clk)
+	ctx := context.Background()
+	p := health.Prober{Host: h, Clock: clk, Timeout: time.Second}
+	h.WedgeForever()
+	if r := p.Probe(ctx, 8); r.OK {
+		t.Fatal("a wedged machine probed healthy")
+	}
+	if err := h.Reboot(ctx, host.RebootSystemd); err != nil {
+		t.Fatal(err)
+	}
+	h.CompleteReboot()
+	if err := h.InstallDriver(ctx, "1.0.0", nil); err != nil {
+		t.Fatal(err)
+	}
+	if r := p.Probe(ctx, 8); r.OK {
+		t.Fatal("a machine wedged for good probed healthy after a reboot")
+	}
+}

@@ -56,3 +56,12 @@ func TestMarkdownClusterLoad(t *testing.T) {
 		t.Fatalf("cluster load table without a measurement:\n%s", md)
 	}
 }
+
+// The nodes a rollout left behind are named under the main table.
+func TestMarkdownNamesTheNodesLeftBehind(t *testing.T) {
+	md := Markdown(Report{Scenarios: []Scenario{{Nodes: 100, Parallelism: "10%", Effective: 10,
+		LeftBehind: []string{"left behind: bench-wedged-100 (driver 1.0.0): a recovery reboot is pending"}}}})
+	if !strings.Contains(md, "each rollout left it behind") || !strings.Contains(md, "bench-wedged-100") {
+		t.Errorf("report does not name the node left behind:\n%s", md)
+	}
+}

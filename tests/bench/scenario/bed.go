@@ -48,6 +48,8 @@ const (
 	firstVersion  = "1.0.0"
 	nodePrefix    = "bench"
 	createWorkers = 8
+	// healthyLabel marks the N nodes of the fleet, all but the wedged one.
+	healthyLabel = "bench.npu-stack.openfuyao.com/healthy"
 )
 
 var keys = contract.Keys{Domain: contract.DefaultDomain}
@@ -67,9 +69,14 @@ type Config struct {
 	Log        logrus.FieldLogger
 }
 
-// Bed is a control plane with N simulated NPU nodes running the chart.
+// Bed is a control plane with N simulated NPU nodes running the chart,
+// plus one wedged NPU node, and ordinary workloads on every node.
 type Bed struct {
-	cfg      Config
+	cfg Config
+	// wedged is the node whose chips never probe healthy: its recovery
+	// waits for an approval nobody gives, so every rollout leaves it
+	// behind.
+	wedged   string
 	sim      *fleet.Sim
 	proxy    *apicount.Proxy
 	kubecfg  string
@@ -122,6 +129,12 @@ func Setup(ctx context.Context, cfg Config) (*Bed, error) {
 		b.Close()
 		return nil, err
 	}
+	wedged, err := env.AddNPUNodes(ctx, 1, testbed.NodeSpec{Prefix: nodePrefix + "-wedged", Labels: map[string]string{fleet.WedgedLabel: contract.True}})
+	if err != nil {
+		b.Close()
+		return nil, fmt.Errorf("add the wedged node: %w", err)
+	}
+	b.wedged = wedged[0]
 	if b.proxy, err = apicount.Start(env.Config()); err != nil {
 		b.Close()
 		return nil, err
@@ -148,8 +161,15 @@ func Setup(ctx context.Context, cfg Config) (*Bed, error) {
 		b.Close()
 		return nil, err
 	}
+	if err := b.addWorkloads(ctx); err != nil {
+		b.Close()
+		return nil, err
+	}
 	if cfg.PeerBinary != "" {
-		if b.peer, err = peerrun.Install(ctx, peerrun.FleetConfig{Client: simClient, Namespace: PeerNamespace, NodeSelector: nodeSel,
+		// The peer upgrades the healthy nodes: its node side plays no
+		// wedge.
+		healthy := labels.SelectorFromSet(labels.Set{contract.LabelNPUPresent: contract.True, healthyLabel: contract.True})
+		if b.peer, err = peerrun.Install(ctx, peerrun.FleetConfig{Client: simClient, Namespace: PeerNamespace, NodeSelector: healthy,
 			Nodes: cfg.Nodes, Log: cfg.Log}, firstVersion); err != nil {
 			b.Close()
 			return nil, err
@@ -170,7 +190,7 @@ func addNodes(ctx context.Context, env *testbed.Env, n int) error {
 		wg.Add(1)
 		go func(w, share int) {
 			defer wg.Done()
-			_, errs[w] = env.AddNPUNodes(ctx, share, testbed.NodeSpec{Prefix: nodePrefix})
+			_, errs[w] = env.AddNPUNodes(ctx, share, testbed.NodeSpec{Prefix: nodePrefix, Labels: map[string]string{healthyLabel: contract.True}})
 		}(w, share)
 	}
 	wg.Wait()
@@ -213,23 +233,29 @@ func (b *Bed) Close() {
 	b.events.Shutdown()
 }
 
-// waitSettled waits until every node runs version, ready, with no
-// upgrade state, and every DaemonSet has a Ready pod on every node.
+// waitSettled waits until every node but the wedged one runs version,
+// ready, with no upgrade state, the wedged one asks for a recovery
+// reboot, and every DaemonSet has a Ready pod on every node.
 func (b *Bed) waitSettled(ctx context.Context, version string) error {
 	n := b.cfg.Nodes
 	var last string
+	wedgedAsks := false
 	err := testbed.WaitFor(ctx, cache.NewFilteredListWatchFromClient(b.cfg.Env.Client.CoreV1().RESTClient(), "nodes", "", func(o *metav1.ListOptions) {
 		o.LabelSelector = contract.LabelNPUPresent + "=true"
 	}), &corev1.Node{}, func(nodes []*corev1.Node) (bool, error) {
 		ok := 0
 		for _, nd := range nodes {
+			if nd.Name == b.wedged {
+				wedgedAsks = nd.Labels[keys.RebootRequired()] == contract.True && nd.Annotations[keys.RebootReason()] == string(contract.ReasonRecovery)
+				continue
+			}
 			if nd.Labels[keys.DriverVersion()] == version && nd.Labels[keys.DriverReady()] == contract.True &&
 				nd.Labels[keys.UpgradeState()] == "" && nd.Status.NodeInfo.BootID != "" {
 				ok++
 			}
 		}
-		last = fmt.Sprintf("%d of %d nodes at driver %s and ready", ok, n, version)
-		return ok == n && len(nodes) == n, nil
+		last = fmt.Sprintf("%d of %d nodes at driver %s and ready; wedged node %s asks for a recovery reboot: %v", ok, n, version, b.wedged, wedgedAsks)
+		return ok == n && len(nodes) == n+1 && wedgedAsks, nil
 	})
 	if err != nil {
 		return fmt.Errorf("waiting for the fleet to settle (%s): %w", last, err)
@@ -284,7 +310,7 @@ func (b *Bed) waitDaemonSets(ctx context.Context, driverUpdated bool) error {
 			var not []string
 			for _, ds := range dss {
 				st := ds.Status
-				ready := st.ObservedGeneration >= ds.Generation && st.DesiredNumberScheduled == int32(b.cfg.Nodes) && st.NumberReady == st.DesiredNumberScheduled
+				ready := st.ObservedGeneration >= ds.Generation && st.DesiredNumberScheduled == int32(b.cfg.Nodes+1) && st.NumberReady == st.DesiredNumberScheduled
 				if driverUpdated && ds.Labels["app"] == "npu-driver-daemonset" {
 					ready = ready && st.UpdatedNumberScheduled == st.DesiredNumberScheduled
 				}

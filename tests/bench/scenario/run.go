@@ -75,10 +75,11 @@ func (b *Bed) Run(ctx context.Context, spec Spec) (report.Scenario, error) {
 		return out, err
 	}
 	logPath := filepath.Join(b.cfg.Dir, fmt.Sprintf("rollout-n%d-p%s-t%s.log", n, strings.TrimSuffix(spec.Parallelism.Label, "%"), spec.Timing.Total()))
-	wall, usage, err := b.rollout(ctx, append(args, spec.ExtraArgs...), env, logPath, spec.Timeout)
+	wall, usage, left, err := b.rollout(ctx, append(args, spec.ExtraArgs...), env, logPath, spec.Timeout)
 	if err != nil {
 		return out, err
 	}
+	out.LeftBehind = left
 	out.Wall, out.RolloutCPU, out.RolloutPeakMB = report.S(wall), report.S(usage.CPU), procstat.MiB(usage.PeakRSS)
 	if out.API, out.CPU, err = b.loadSince(ctx, mark, "npu-hooks rollout", usage.CPU); err != nil {
 		return out, err
@@ -118,11 +119,15 @@ func (b *Bed) Run(ctx context.Context, spec Spec) (report.Scenario, error) {
 }
 
 // rollout runs npu-hooks rollout with the chart's arguments, as the hook
-// Job would, through the counting proxy.
-func (b *Bed) rollout(ctx context.Context, args, env []string, logPath string, timeout time.Duration) (time.Duration, procstat.Usage, error) {
+// Job would, through the counting proxy. It returns the rollout's lines
+// naming the nodes it left behind. Leaving the wedged node behind is the
+// expected end, whether the rollout exits 0 for it or not
+// (driver.upgradePolicy.nodesLeftBehind): a failure is any other
+// non-zero exit.
+func (b *Bed) rollout(ctx context.Context, args, env []string, logPath string, timeout time.Duration) (time.Duration, procstat.Usage, []string, error) {
 	logf, err := os.Create(logPath)
 	if err != nil {
-		return 0, procstat.Usage{}, fmt.Errorf("rollout log: %w", err)
+		return 0, procstat.Usage{}, nil, fmt.Errorf("rollout log: %w", err)
 	}
 	defer func() { _ = logf.Close() }()
 	all := append(append([]string{}, args...), "--kubeconfig="+b.kubecfg, "--lease-identity=npu-bench")
@@ -136,10 +141,37 @@ func (b *Bed) rollout(ctx context.Context, args, env []string, logPath string, t
 	// which holds every node and pod of the fleet.
 	usage, err := procstat.RunToExit(ctx, cmd)
 	wall := time.Since(start)
-	if err != nil {
-		return wall, usage, fmt.Errorf("npu-hooks rollout %s failed after %s: %w; log: %s\n%s", strings.Join(args, " "), wall.Round(time.Millisecond), err, logPath, tail(logPath, 20))
+	left, onlyWedged := leftBehind(logPath, b.wedged)
+	if err != nil && (ctx.Err() != nil || !onlyWedged) {
+		return wall, usage, left, fmt.Errorf("npu-hooks rollout %s failed after %s: %w; log: %s\n%s", strings.Join(args, " "), wall.Round(time.Millisecond), err, logPath, tail(logPath, 20))
 	}
-	return wall, usage, nil
+	return wall, usage, left, nil
+}
+
+// leftBehind are the rollout's summary lines naming a node it left
+// behind ("left behind: NODE ..."); onlyWedged is true when they name
+// the wedged node and no other.
+func leftBehind(logPath, wedged string) (lines []string, onlyWedged bool) {
+	data, err := os.ReadFile(logPath)
+	if err != nil {
+		return nil, false
+	}
+	named := false
+	onlyWedged = true
+	for _, l := range strings.Split(string(data), "\n") {
+		rest, ok := strings.CutPrefix(l, "left behind: ")
+		if !ok {
+			continue
+		}
+		lines = append(lines, l)
+		node, _, _ := strings.Cut(rest, " ")
+		if node == wedged {
+			named = true
+		} else {
+			onlyWedged = false
+		}
+	}
+	return lines, named && onlyWedged
 }
 
 // checkUpgraded verifies every node runs version with no upgrade state.
@@ -150,14 +182,19 @@ func (b *Bed) checkUpgraded(ctx context.Context, version string) (int, error) {
 	}
 	var bad []string
 	for _, nd := range nodes.Items {
+		if nd.Name == b.wedged {
+			// Left behind: its recovery waits for an approval.
+			continue
+		}
 		if !upgraded(&nd, version) {
 			bad = append(bad, fmt.Sprintf("%s (driver %q, state %q)", nd.Name, nd.Labels[keys.DriverVersion()], nd.Labels[keys.UpgradeState()]))
 		}
 	}
-	if len(bad) > 0 || len(nodes.Items) != b.cfg.Nodes {
-		return 0, fmt.Errorf("rollout exited 0 but %d of %d nodes are not on driver %s: %s", len(bad), len(nodes.Items), version, strings.Join(first(bad, 5), ", "))
+	if len(bad) > 0 || len(nodes.Items) != b.cfg.Nodes+1 {
+		return 0, fmt.Errorf("the rollout ended but %d of %d nodes (the wedged %s aside) are not on driver %s: %s",
+			len(bad), len(nodes.Items)-1, b.wedged, version, strings.Join(first(bad, 5), ", "))
 	}
-	return len(nodes.Items), nil
+	return len(nodes.Items) - 1, nil
 }
 
 func upgraded(n *corev1.Node, version string) bool {
