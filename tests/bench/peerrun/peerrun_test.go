@@ -87,7 +87,7 @@ func TestPeerUpgradesEveryNodeToUpgradeDone(t *testing.T) {
 		t.Fatal(err)
 	}
 	proxy.Counter.Snapshot()
-	start, wall, err := p.Upgrade(ctx, f, "1.1.0", 3*time.Minute+load)
+	start, wall, err := p.Upgrade(ctx, f, "1.1.0", 3*time.Minute+load, len(names))
 	counts := proxy.Counter.Snapshot()
 	recs, stopErr := p.Stop()
 	if err != nil {

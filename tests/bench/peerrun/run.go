@@ -180,15 +180,15 @@ func signalled(err error) bool {
 // PlannedRequeue is GPU Operator's requeue after every reconcile.
 const PlannedRequeue = 2 * time.Minute
 
-// Upgrade bumps the driver DaemonSet to version and waits until every
-// node is upgrade-done, schedulable, and runs a Ready driver pod of
-// version. It returns when it bumped and the time from the bump to the
-// last of those seen. A peer that exits, or whose nodes' states stop
+// Upgrade bumps the driver DaemonSet to version and waits until want
+// nodes (the fleet's size for the whole upgrade) are upgrade-done,
+// schedulable, and run a Ready driver pod of version. It returns when it
+// bumped and the time from the bump to the last of those seen. A peer that exits, or whose nodes' states stop
 // changing for stall, is broken.
-func (p *Process) Upgrade(ctx context.Context, f *Fleet, version string, stall time.Duration) (time.Time, time.Duration, error) {
+func (p *Process) Upgrade(ctx context.Context, f *Fleet, version string, stall time.Duration, want int) (time.Time, time.Duration, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	w := newDoneWatch(f, version)
+	w := newDoneWatch(f, version, want)
 	if err := w.start(ctx); err != nil {
 		return time.Time{}, 0, err
 	}
@@ -215,10 +215,11 @@ func (p *Process) Upgrade(ctx context.Context, f *Fleet, version string, stall t
 }
 
 // doneWatch follows the nodes and the driver pods until the upgrade is
-// complete on every node.
+// complete on want nodes.
 type doneWatch struct {
 	f       *Fleet
 	version string
+	want    int
 	done    chan time.Time
 	nodes   cache.Indexer
 	pods    cache.Indexer
@@ -229,8 +230,8 @@ type doneWatch struct {
 	finished bool
 }
 
-func newDoneWatch(f *Fleet, version string) *doneWatch {
-	return &doneWatch{f: f, version: version, done: make(chan time.Time, 1), changed: time.Now()}
+func newDoneWatch(f *Fleet, version string, want int) *doneWatch {
+	return &doneWatch{f: f, version: version, want: want, done: make(chan time.Time, 1), changed: time.Now()}
 }
 
 func (w *doneWatch) start(ctx context.Context) error {
@@ -284,7 +285,7 @@ func (w *doneWatch) check() {
 	if status != w.last {
 		w.last, w.changed = status, now
 	}
-	if !w.finished && done == w.f.cfg.Nodes && nodes == w.f.cfg.Nodes {
+	if !w.finished && done >= w.want && nodes == w.f.cfg.Nodes {
 		w.finished = true
 		w.done <- now
 	}

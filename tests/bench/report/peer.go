@@ -15,6 +15,11 @@ type Peer struct {
 	// version.
 	Wall     Seconds `json:"wallSeconds"`
 	Upgraded int     `json:"upgraded"`
+	// Sampled, when set, is the number of nodes the peer upgraded before
+	// it was stopped (Upgraded is the same); SampleWall is the time they
+	// took, and Wall that pace projected to the whole fleet.
+	Sampled    int     `json:"sampledNodes,omitempty"`
+	SampleWall Seconds `json:"sampleWallSeconds,omitempty"`
 	// Requests are the peer process's, counted by the same proxy as
 	// npu-stack's rollout, from the version bump to the end.
 	Requests []Count `json:"requests"`
@@ -115,7 +120,7 @@ func peerTables(b *strings.Builder, ss []Scenario, library string) {
 	for _, s := range rows {
 		p := s.Peer
 		fmt.Fprintf(b, "| %d | %s (%d) | %s | %s (%s + %s) | %s | %s | %.1f / %.1f (%.1f, %.1f) | %.2f / %.2f | %d (%d / %d / %d) | %s / %s / %s | %s | %.0f MiB |\n",
-			s.Nodes, s.Parallelism, s.Effective, fmtSec(s.PerNode), fmtSec(s.FromBump()), fmtSec(s.DriverRollout), fmtSec(s.Wall), fmtSec(p.Wall), fmtRatio(s.PeerRatio()),
+			s.Nodes, s.Parallelism, s.Effective, fmtSec(s.PerNode), fmtSec(s.FromBump()), fmtSec(s.DriverRollout), fmtSec(s.Wall), p.wallCell(s.Nodes), fmtRatio(s.PeerRatio()),
 			s.WritesPerNode(), p.WritesPerNode(), p.EventsPerNode(), p.LeaseWritesPerNode(), s.ListsPerNode(), p.ListsPerNode(),
 			p.Reconciles, p.ByTrigger["event"], p.ByTrigger["requeue"], p.ByTrigger["retry"], fmtSec(p.Acting), fmtSec(p.WaitRequeue), fmtSec(p.Other),
 			fmtSec(p.CPU), p.PeakMB)
@@ -125,6 +130,14 @@ func peerTables(b *strings.Builder, ss []Scenario, library string) {
 	for _, s := range rows {
 		fmt.Fprintf(b, "| %d | %s | %s | %s |\n", s.Nodes, s.Parallelism, fmtSec(s.PerNode), requestsPerNode(s.Peer.Requests, s.Peer.Upgraded))
 	}
+}
+
+// wallCell is the peer's wall, marked as a projection where it is one.
+func (p Peer) wallCell(nodes int) string {
+	if p.Sampled == 0 {
+		return fmtSec(p.Wall)
+	}
+	return fmt.Sprintf("%s projected (%d of %d nodes in %s)", fmtSec(p.Wall), p.Sampled, nodes, fmtSec(p.SampleWall))
 }
 
 func requestsPerNode(cs []Count, upgraded int) string {

@@ -63,3 +63,16 @@ func TestPeerTargets(t *testing.T) {
 		t.Errorf("targets without a peer run: %+v", got)
 	}
 }
+
+func TestMarkdownPeerTableMarksAProjection(t *testing.T) {
+	s := peerScenario(100, "1", 0, 14, 12100, 900, 2100)
+	s.Peer.Sampled, s.Peer.SampleWall, s.Peer.Upgraded = 5, 605, 5
+	md := Markdown(Report{Scenarios: []Scenario{s}})
+	if want := "| 12100 s projected (5 of 100 nodes in 605 s) | 0.001 |"; !strings.Contains(md, want) {
+		t.Errorf("missing %q in:\n%s", want, md)
+	}
+	// Per-node figures are the sample's: its requests over its 5 nodes.
+	if want := "list pods 60.00"; !strings.Contains(md, want) {
+		t.Errorf("missing %q (requests per sampled node) in:\n%s", want, md)
+	}
+}

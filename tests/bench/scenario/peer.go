@@ -54,7 +54,8 @@ func (b *Bed) runPeer(ctx context.Context, spec Spec) (*report.Peer, error) {
 	stall := 3*peerrun.PlannedRequeue + 2*spec.Timing.Total()
 	ctx, cancel := context.WithTimeout(ctx, spec.PeerTimeout)
 	defer cancel()
-	start, wall, err := p.Upgrade(ctx, f, version, stall)
+	want := peerNodes(n, spec.PeerSample)
+	start, wall, err := p.Upgrade(ctx, f, version, stall, want)
 	if err != nil {
 		return nil, err
 	}
@@ -63,8 +64,14 @@ func (b *Bed) runPeer(ctx context.Context, spec Spec) (*report.Peer, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := &report.Peer{Wall: report.S(wall), Upgraded: n, CPU: report.S(u1.CPU - u0.CPU), PeakMB: procstat.MiB(u1.PeakRSS),
+	out := &report.Peer{Wall: report.S(wall), Upgraded: want, CPU: report.S(u1.CPU - u0.CPU), PeakMB: procstat.MiB(u1.PeakRSS),
 		SimWrites: int64(f.SimWrites() - simBefore)}
+	if want < n {
+		// One node at a time, each node's cycle is the same wait for the
+		// planned requeue: the sample's pace holds for the whole fleet.
+		out.Sampled, out.SampleWall = want, report.S(wall)
+		out.Wall = report.S(wall * time.Duration(n) / time.Duration(want))
+	}
 	if out.API, out.CPUByProc, err = b.loadSince(ctx, mark, peerProcess, u1.CPU-u0.CPU); err != nil {
 		return nil, err
 	}
@@ -76,7 +83,16 @@ func (b *Bed) runPeer(ctx context.Context, spec Spec) (*report.Peer, error) {
 	out.Reconciles, out.ByTrigger, out.FailedReconciles = split.Reconciles, split.ByTrigger, split.Failed
 	out.Acting, out.WaitRequeue, out.Other = report.S(split.Acting), report.S(split.WaitRequeue), report.S(split.Other)
 	out.Requests = reportCounts(counts)
-	return out, checkPeer(out, n)
+	return out, checkPeer(out, want)
+}
+
+// peerNodes is how many nodes the peer upgrades: the sample, if one is
+// set and smaller than the fleet.
+func peerNodes(n, sample int) int {
+	if sample > 0 && sample < n {
+		return sample
+	}
+	return n
 }
 
 func reportCounts(cs []apicount.Count) []report.Count {

@@ -34,6 +34,10 @@ type Spec struct {
 	// from the waves of the scenario).
 	Peer        bool
 	PeerTimeout time.Duration
+	// PeerSample, if set, stops the peer once that many nodes are done
+	// and projects its wall to the fleet: with one node at a time the
+	// peer waits for its planned requeue once per node, hours for 100.
+	PeerSample int
 }
 
 // Run upgrades the whole fleet to the next driver version the way `helm
@@ -109,7 +113,7 @@ func (b *Bed) Run(ctx context.Context, spec Spec) (report.Scenario, error) {
 		return out, err
 	}
 	if spec.PeerTimeout == 0 {
-		spec.PeerTimeout = peerTimeout(n, eff, spec.Timing.Total())
+		spec.PeerTimeout = peerTimeout(peerNodes(n, spec.PeerSample), eff, spec.Timing.Total())
 	}
 	out.Peer, err = b.runPeer(ctx, spec)
 	if err != nil {
