@@ -12,6 +12,9 @@ type NodeView struct {
 	RebootReason   string
 	// DriverReady is the driver-ready label value, "" when absent.
 	DriverReady string
+	// RebootInFlight: the rebooter has recorded a reboot of this node
+	// (reboot-from-boot-id set), which the loop guard judges by itself.
+	RebootInFlight bool
 }
 
 // RecoveryRequested is a pending reboot that a wedge asked for.
@@ -40,6 +43,10 @@ type Observation struct {
 type Policy struct {
 	// FailureThreshold consecutive failed probes make a wedge.
 	FailureThreshold int
+	// RecoveryThreshold consecutive passing probes undo a wedge (withdraw
+	// its recovery request): a chip that flaps, failing and passing by
+	// turns, stays wedged instead of being given back after every pass.
+	RecoveryThreshold int
 }
 
 // State is what the watch remembers between probes. It is deliberately
@@ -47,6 +54,8 @@ type Policy struct {
 // or in the marker directory.
 type State struct {
 	Failures int
+	// Passes counts the consecutive passing probes while wedged.
+	Passes int
 }
 
 // Event is an Event to emit on the Node.
@@ -70,20 +79,25 @@ type Actions struct {
 	RequestRecovery, WithdrawRecovery bool
 	RemoveMarker, RestoreMarker       bool
 	RecordWedge, ClearWedge           bool
-	Events                            []Event
+	// CountWedge, with WithdrawRecovery, records the withdrawn wedge in
+	// the loop guard's history in the same patch: a wedge that ends
+	// without a reboot still counts, so a flapping node is stopped.
+	CountWedge bool
+	Events     []Event
 }
 
 // Empty reports whether nothing needs doing.
 func (a Actions) Empty() bool {
 	return a.DriverReady == nil && !a.RequestRecovery && !a.WithdrawRecovery && !a.RemoveMarker &&
-		!a.RestoreMarker && !a.RecordWedge && !a.ClearWedge && len(a.Events) == 0
+		!a.RestoreMarker && !a.RecordWedge && !a.ClearWedge && !a.CountWedge && len(a.Events) == 0
 }
 
 // Decide turns one probe into actions. The node counts as wedged when this
 // boot has a wedge record or the Node carries a recovery reboot request, so
 // a restarted watch resumes from what it finds instead of assuming health.
 //
-//   - Probe passes: a wedge is a false positive (or healed) and is undone:
+//   - Probe passes RecoveryThreshold times in a row: a wedge is a false
+//     positive (or healed) and is undone:
 //     the recovery request withdrawn, the marker restored if the watch took
 //     it, driver-ready back to whether a marker exists.
 //   - Probe fails while wedged: stay wedged (and finish what a crash left
@@ -111,10 +125,24 @@ func Decide(p Policy, st State, obs Observation) (State, Actions) {
 	if obs.Probe.OK {
 		st.Failures = 0
 		if !wedged {
+			st.Passes = 0
 			setReady(obs.Marker)
 			return st, a
 		}
+		// A wedge is undone only after RecoveryThreshold passes in a
+		// row: one good probe of a flapping chip proves nothing, and
+		// undoing the wedge would give the node back, only to cordon and
+		// evict it again at the next failures.
+		st.Passes++
+		if st.Passes < p.RecoveryThreshold {
+			return st, a
+		}
+		st.Passes = 0
 		a.WithdrawRecovery = recovery
+		// Only a wedge of this boot that ends without a reboot counts: a
+		// request left from an earlier boot was answered by that reboot,
+		// and a reboot the rebooter recorded is judged by the loop guard.
+		a.CountWedge = recovery && obs.WedgeRecorded && !obs.Node.RebootInFlight
 		ready := obs.Marker
 		if obs.WedgeRecorded {
 			a.ClearWedge = true
@@ -122,9 +150,12 @@ func Decide(p Policy, st State, obs Observation) (State, Actions) {
 			ready = true
 		}
 		setReady(ready)
-		msg := "chips healthy again"
+		msg := fmt.Sprintf("chips healthy again (%d consecutive passing probes)", max(p.RecoveryThreshold, 1))
 		if recovery {
 			msg += "; reboot request with reason=recovery withdrawn"
+		}
+		if a.CountWedge {
+			msg += "; the wedge counts towards the loop guard (rebooter.rebootBudget) as one that ended without a reboot"
 		}
 		if a.RestoreMarker {
 			msg += "; driver-ready marker restored"
@@ -133,6 +164,7 @@ func Decide(p Policy, st State, obs Observation) (State, Actions) {
 		return st, a
 	}
 
+	st.Passes = 0
 	if wedged {
 		st.Failures = min(st.Failures+1, p.FailureThreshold)
 		// Record the wedge only when taking a marker away: a missing

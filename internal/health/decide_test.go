@@ -23,7 +23,7 @@ func reasons(evs []Event) []string {
 }
 
 func TestDecide(t *testing.T) {
-	policy := Policy{FailureThreshold: 3}
+	policy := Policy{FailureThreshold: 3, RecoveryThreshold: 1}
 	healthyNode := NodeView{DriverReady: contract.True}
 	recoveryNode := NodeView{RebootRequired: true, RebootReason: "recovery", DriverReady: contract.False}
 	upgradeNode := NodeView{RebootRequired: true, RebootReason: "upgrade", DriverReady: contract.True}
@@ -118,7 +118,7 @@ func TestDecide(t *testing.T) {
 		{
 			name:     "healed after detection: withdraw, restore, ready",
 			failures: 3, obs: Observation{Probe: pass, WedgeRecorded: true, Node: recoveryNode},
-			want:   Actions{DriverReady: ptrBool(true), WithdrawRecovery: true, RestoreMarker: true, ClearWedge: true},
+			want:   Actions{DriverReady: ptrBool(true), WithdrawRecovery: true, RestoreMarker: true, ClearWedge: true, CountWedge: true},
 			events: []string{"ChipRecovered"},
 		},
 		{
@@ -160,20 +160,20 @@ func TestDecide(t *testing.T) {
 }
 
 func TestDecideEventMessagesCarryTheReason(t *testing.T) {
-	_, a := Decide(Policy{FailureThreshold: 1}, State{}, Observation{Probe: fail, Marker: true, Node: NodeView{DriverReady: contract.True}})
+	_, a := Decide(Policy{FailureThreshold: 1, RecoveryThreshold: 1}, State{}, Observation{Probe: fail, Marker: true, Node: NodeView{DriverReady: contract.True}})
 	for _, e := range a.Events {
 		if !strings.Contains(e.Message, "reason=recovery") || !strings.Contains(e.Message, "NPU 3 chip 0 Critical") || !e.Warning {
 			t.Errorf("%s event message %q: want reason=recovery and the failing chip, as a warning", e.Reason, e.Message)
 		}
 	}
-	_, a = Decide(Policy{FailureThreshold: 1}, State{}, Observation{Probe: pass, WedgeRecorded: true, Node: NodeView{RebootRequired: true, RebootReason: "recovery"}})
+	_, a = Decide(Policy{FailureThreshold: 1, RecoveryThreshold: 1}, State{}, Observation{Probe: pass, WedgeRecorded: true, Node: NodeView{RebootRequired: true, RebootReason: "recovery"}})
 	if len(a.Events) != 1 || !strings.Contains(a.Events[0].Message, "reason=recovery withdrawn") {
 		t.Errorf("recovery events %+v", a.Events)
 	}
 }
 
 func TestDecideFullSequenceWithRestart(t *testing.T) {
-	p := Policy{FailureThreshold: 3}
+	p := Policy{FailureThreshold: 3, RecoveryThreshold: 1}
 	// The world the actions act on, as the watcher would keep it.
 	node := NodeView{}
 	marker, record := true, false
@@ -226,7 +226,7 @@ func describe(a Actions) string {
 	return strings.Join([]string{"ready=" + ready,
 		flag("request", a.RequestRecovery), flag("withdraw", a.WithdrawRecovery),
 		flag("remove", a.RemoveMarker), flag("restore", a.RestoreMarker),
-		flag("record", a.RecordWedge), flag("clear", a.ClearWedge)}, " ")
+		flag("record", a.RecordWedge), flag("clear", a.ClearWedge), flag("count", a.CountWedge)}, " ")
 }
 
 func flag(name string, v bool) string {
@@ -234,4 +234,48 @@ func flag(name string, v bool) string {
 		return name
 	}
 	return "!" + name
+}
+
+// A wedge is undone only after RecoveryThreshold passing probes in a row;
+// a failure in between starts the count again. Undoing it withdraws the
+// recovery request and counts the wedge for the loop guard, unless a
+// reboot is already recorded (the guard judges that reboot itself).
+func TestRecoveryHysteresis(t *testing.T) {
+	p := Policy{FailureThreshold: 3, RecoveryThreshold: 3}
+	wedgedNode := NodeView{RebootRequired: true, RebootReason: "recovery", DriverReady: contract.False}
+	rebooting := wedgedNode
+	rebooting.RebootInFlight = true
+	for _, tc := range []struct {
+		name   string
+		node   NodeView
+		probes []Result
+		// want is the actions of the last probe; passes the count after it.
+		want   string
+		passes int
+	}{
+		{"one pass proves nothing", wedgedNode, []Result{pass}, "ready=- !request !withdraw !remove !restore !record !clear !count", 1},
+		{"two passes neither", wedgedNode, []Result{pass, pass}, "ready=- !request !withdraw !remove !restore !record !clear !count", 2},
+		{"a failure starts again", wedgedNode, []Result{pass, pass, fail, pass, pass}, "ready=- !request !withdraw !remove !restore !record !clear !count", 2},
+		{"three in a row undo it and count it", wedgedNode, []Result{pass, fail, pass, pass, pass}, "ready=true !request withdraw !remove restore !record clear count", 0},
+		{"a recorded reboot is not counted twice", rebooting, []Result{pass, pass, pass}, "ready=true !request withdraw !remove restore !record clear !count", 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st := State{}
+			var a Actions
+			for _, r := range tc.probes {
+				st, a = Decide(p, st, Observation{Probe: r, Marker: false, WedgeRecorded: true, Node: tc.node})
+			}
+			if got := describe(a); got != tc.want || st.Passes != tc.passes {
+				t.Fatalf("got %s, passes %d; want %s, passes %d", got, st.Passes, tc.want, tc.passes)
+			}
+			if a.WithdrawRecovery {
+				if len(a.Events) != 1 || !strings.Contains(a.Events[0].Message, "3 consecutive passing probes") {
+					t.Fatalf("events %+v: want ChipRecovered naming the passes", a.Events)
+				}
+				if counted := strings.Contains(a.Events[0].Message, "loop guard"); counted != a.CountWedge {
+					t.Fatalf("event %q: mentions the loop guard %t, counted %t", a.Events[0].Message, counted, a.CountWedge)
+				}
+			}
+		})
+	}
 }

@@ -12,6 +12,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/utils/clock"
 
+	"github.com/openfuyao/npu-stack/internal/budget"
 	"github.com/openfuyao/npu-stack/internal/contract"
 	"github.com/openfuyao/npu-stack/internal/host"
 	"github.com/openfuyao/npu-stack/internal/kube"
@@ -34,6 +35,10 @@ type Config struct {
 	// ExpectedChips is the chip count a probe must see; 0 = the count the
 	// driver entry recorded at driver load (no check if none was).
 	ExpectedChips int
+	// LoopGuard is the rebooter's loop guard (rebooter.rebootBudget): a
+	// withdrawn wedge is recorded in its history, kept as short as the
+	// rebooter keeps it.
+	LoopGuard budget.Budget
 }
 
 // Validate rejects a configuration that could never detect anything.
@@ -47,6 +52,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("--probe-timeout %s must be positive", c.Timeout)
 	case c.Policy.FailureThreshold < 1:
 		return fmt.Errorf("--failure-threshold %d must be at least 1", c.Policy.FailureThreshold)
+	case c.Policy.RecoveryThreshold < 1:
+		return fmt.Errorf("--recovery-threshold %d must be at least 1", c.Policy.RecoveryThreshold)
+	case c.LoopGuard.Max < 1:
+		return fmt.Errorf("--max-reboots %d must be at least 1", c.LoopGuard.Max)
 	case c.ExpectedChips < 0:
 		return fmt.Errorf("--expected-chips %d must not be negative", c.ExpectedChips)
 	}
@@ -190,6 +199,9 @@ func (w *Watcher) Step(ctx context.Context) error {
 			// Worth a line: a flaky chip shows up here long before it wedges.
 			w.log.WithField("failures", prev.Failures).Info("chip probe passed again below the failure threshold; no action")
 		}
+		if st.Passes > 0 {
+			w.log.WithField("passes", st.Passes).Infof("chip probe passed while wedged; %d passing probes in a row undo the wedge (--recovery-threshold)", w.cfg.Policy.RecoveryThreshold)
+		}
 		w.state = st
 		w.markerSeen = (markerPresent || acts.RestoreMarker) && !acts.RemoveMarker && !local.RemoveMarker
 		w.metrics.observe(res, st, (recorded || acts.RecordWedge || obs.Node.RecoveryRequested() || acts.RequestRecovery) && !acts.ClearWedge && !acts.WithdrawRecovery)
@@ -256,6 +268,7 @@ func (w *Watcher) view(n *corev1.Node) NodeView {
 		RebootRequired: n.Labels[k.RebootRequired()] == contract.True,
 		RebootReason:   n.Annotations[k.RebootReason()],
 		DriverReady:    n.Labels[k.DriverReady()],
+		RebootInFlight: n.Annotations[k.RebootFromBootID()] != "",
 	}
 }
 
@@ -291,6 +304,9 @@ func (w *Watcher) apply(ctx context.Context, node *corev1.Node, r Result, acts A
 	if acts.WithdrawRecovery {
 		change.Labels[k.RebootRequired()] = nil
 		change.Annotations[k.RebootReason()] = nil
+		if acts.CountWedge {
+			w.countWedge(node, change)
+		}
 	}
 	if len(change.Labels)+len(change.Annotations) > 0 {
 		var err error
@@ -336,6 +352,22 @@ func (w *Watcher) apply(ctx context.Context, node *corev1.Node, r Result, acts A
 		"removeMarker": acts.RemoveMarker, "restoreMarker": acts.RestoreMarker, "events": len(acts.Events),
 	}).Info("node health changed")
 	return nil
+}
+
+// countWedge adds a withdrawn wedge to the loop guard's history in change,
+// which is applied conditionally on the Node read, so no concurrent write
+// of the rebooter's is lost. The time is this machine's, as the
+// rebooter's entries are. An unreadable history is left for the rebooter
+// to refuse with its fix.
+func (w *Watcher) countWedge(node *corev1.Node, change kube.NodeChange) {
+	k := w.cfg.Keys
+	h, err := budget.Parse(node.Annotations[k.RebootHistory()])
+	if err != nil {
+		w.log.WithError(err).Warn("withdrawn wedge not counted: the loop guard's history is unreadable")
+		return
+	}
+	e := budget.Entry{At: w.clock.Now(), Reason: string(contract.PurposeWedge), Outcome: budget.Failed}
+	change.Annotations[k.RebootHistory()] = kube.Set(w.cfg.LoopGuard.Record(h, e).String())
 }
 
 func fmtBoolPtr(b *bool) string {

@@ -17,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	clocktesting "k8s.io/utils/clock/testing"
 
+	"github.com/openfuyao/npu-stack/internal/budget"
 	"github.com/openfuyao/npu-stack/internal/contract"
 	"github.com/openfuyao/npu-stack/internal/host/simhost"
 	"github.com/openfuyao/npu-stack/internal/kube"
@@ -74,7 +75,7 @@ func newRig(t *testing.T, threshold int, nodeLabels, nodeAnnotations map[string]
 	log.SetOutput(testWriter{t})
 	r.w = NewWatcher(Config{
 		NodeName: "n1", Keys: keys, Markers: r.markers, Interval: time.Second, Timeout: time.Hour,
-		Policy: Policy{FailureThreshold: threshold},
+		Policy: Policy{FailureThreshold: threshold, RecoveryThreshold: 1}, LoopGuard: budget.Budget{Max: 3, Window: time.Hour},
 	}, Deps{Nodes: nodes, Host: h, Clock: r.clock, Events: r.rec, Metrics: NewMetrics(r.reg), Log: log})
 	return r
 }
@@ -284,7 +285,7 @@ func TestRunProbesWhenMarkerAppearsAndOnTheClock(t *testing.T) {
 }
 
 func TestConfigValidate(t *testing.T) {
-	good := Config{NodeName: "n", Interval: time.Second, Timeout: time.Second, Policy: Policy{FailureThreshold: 1}}
+	good := Config{NodeName: "n", Interval: time.Second, Timeout: time.Second, Policy: Policy{FailureThreshold: 1, RecoveryThreshold: 1}, LoopGuard: budget.Budget{Max: 1}}
 	if err := good.Validate(); err != nil {
 		t.Fatal(err)
 	}
@@ -293,6 +294,8 @@ func TestConfigValidate(t *testing.T) {
 		func(c *Config) { c.Interval = 0 },
 		func(c *Config) { c.Timeout = 0 },
 		func(c *Config) { c.Policy.FailureThreshold = 0 },
+		func(c *Config) { c.Policy.RecoveryThreshold = 0 },
+		func(c *Config) { c.LoopGuard.Max = 0 },
 		func(c *Config) { c.ExpectedChips = -1 },
 	} {
 		c := good

@@ -220,6 +220,8 @@ func (s *shared) watch() *cobra.Command {
 	f.DurationVar(&cfg.Interval, "probe-interval", time.Minute, "time between two probes")
 	f.DurationVar(&cfg.Timeout, "probe-timeout", 30*time.Second, "a probe running longer fails (a hang is a failure)")
 	f.IntVar(&cfg.Policy.FailureThreshold, "failure-threshold", 3, "consecutive failed probes before the node is marked wedged")
+	f.IntVar(&cfg.Policy.RecoveryThreshold, "recovery-threshold", 3, "consecutive passing probes before a wedge is undone (its recovery request withdrawn)")
+	f.IntVar(&cfg.LoopGuard.Max, "max-reboots", 3, "the rebooter's loop guard (--max-reboots of npu-rebooter): how many withdrawn wedges and failed reboots its history keeps")
 	f.IntVar(&cfg.ExpectedChips, "expected-chips", 0, "chips npu-smi must show; 0 = as many as right after the driver loaded")
 	f.StringVar(&metricsAddr, "metrics-addr", "", "address of the Prometheus metrics endpoint, such as :9403; empty = off")
 	return cmd

@@ -322,6 +322,21 @@ func TestDecideLoopGuard(t *testing.T) {
 			ann:    upgradeReq("25.6.0", map[string]string{H: hist("40;recovery;failed", "20;recovery;failed", "5;recovery;pending")}),
 			auto:   true, want: Wait, cause: CauseBudget},
 
+		// Wedges that ended without a reboot (recorded by the health-watch).
+		{name: "flapping chips: wedges withdrawn without a reboot count, the next request is refused",
+			labels: map[string]string{"reboot-required": "true", "driver-ready": "false"},
+			ann:    map[string]string{"reboot-reason": "recovery", H: hist("40;wedge;failed", "25;wedge;failed", "10;wedge;failed")},
+			auto:   true, want: Wait, cause: CauseBudget,
+			why: []string{"(reason=recovery)", "wedge at " + stamp(40) + " ended without a reboot", "wedge at " + stamp(10) + " ended without a reboot", reset}},
+		{name: "withdrawn wedges and failed recoveries count together",
+			labels: map[string]string{"reboot-required": "true", "driver-ready": "false"},
+			ann:    recoveryReq(map[string]string{H: hist("40;wedge;failed", "20;recovery;ok", "15;wedge;failed", "5;recovery;pending")}),
+			auto:   true, want: Wait, cause: CauseBudget, why: []string{"recovery at " + stamp(5) + " failed", reset}},
+		{name: "two withdrawn wedges leave one reboot",
+			labels: map[string]string{"reboot-required": "true", "driver-ready": "false"},
+			ann:    map[string]string{"reboot-reason": "recovery", H: hist("40;wedge;failed", "10;wedge;failed")},
+			auto:   true, want: AcquireSlot},
+
 		// The original format: times only, every entry counts.
 		{name: "original format: three reboots within the hour refuse",
 			labels: map[string]string{"reboot-required": "true", "driver-version": "25.5.0"},

@@ -26,6 +26,12 @@ import (
 // A reboot not yet judged is judged failed as soon as another reboot is
 // asked for: what it was for did not happen before the node needed the
 // next one (the wedge came back, the driver did not load its version).
+//
+// A wedge that ended without a reboot (the chips passed again and the
+// health-watch withdrew the recovery request) is recorded by the
+// health-watch as failed, purpose contract.PurposeWedge: no reboot
+// achieved anything, and a chip that keeps failing and passing must be
+// stopped like a reboot loop.
 
 // entryFor is the history entry of a reboot of node n for reason starting
 // at now, pending until judged.
@@ -113,7 +119,14 @@ func achieved(e budget.Entry, n *corev1.Node, k contract.Keys) (bool, string) {
 func describeLoop(loop budget.History) string {
 	parts := make([]string, len(loop))
 	for i, e := range loop {
-		parts[i] = fmt.Sprintf("%s at %s", e.Purpose(), e.At.UTC().Format(time.RFC3339))
+		at := e.At.UTC().Format(time.RFC3339)
+		if e.Reason == string(contract.PurposeWedge) {
+			// Recorded by the health-watch: the chips failed, then
+			// passed again, and no reboot came in between.
+			parts[i] = fmt.Sprintf("wedge at %s ended without a reboot (chips failed, then passed again)", at)
+			continue
+		}
+		parts[i] = fmt.Sprintf("%s at %s", e.Purpose(), at)
 		if e.Outcome != budget.Unjudged {
 			parts[i] += " " + string(e.Outcome)
 		}

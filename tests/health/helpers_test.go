@@ -53,6 +53,11 @@ type fleetOptions struct {
 	probeInterval int
 	threshold     int
 	devicePlugin  bool
+	// recoveryThreshold is healthWatch.recoveryThreshold (0: chart default).
+	recoveryThreshold int
+	// rebooter and recovery, if set, enable the rebooter with these
+	// rebooter and recoveryPolicy values.
+	rebooter, recovery map[string]any
 }
 
 type fleet struct {
@@ -100,6 +105,12 @@ func newFleet(t *testing.T, o fleetOptions) *fleet {
 		"exporter":        map[string]any{"enabled": false},
 		"rebooter":        map[string]any{"enabled": false},
 		"hooks":           map[string]any{"preflight": map[string]any{"enabled": false}, "resume": map[string]any{"enabled": false}},
+	}
+	if o.recoveryThreshold > 0 {
+		vals["healthWatch"].(map[string]any)["recoveryThreshold"] = o.recoveryThreshold
+	}
+	if o.rebooter != nil {
+		vals["rebooter"], vals["recoveryPolicy"] = o.rebooter, o.recovery
 	}
 	if _, err := env.Helm(ns).Install(ctx, ns, vals, testbed.InstallOptions{DisableHooks: true}); err != nil {
 		t.Fatal(err)
