@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"net"
 	"net/http"
 	"strings"
@@ -13,15 +12,11 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/sirupsen/logrus"
-	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/watch"
 	coordinationinformers "k8s.io/client-go/informers/coordination/v1"
 	coreinformers "k8s.io/client-go/informers/core/v1"
 	"k8s.io/client-go/kubernetes"
@@ -395,47 +390,6 @@ func (a *Agent) facts(node *corev1.Node) (Facts, error) {
 	return f, nil
 }
 
-// slimFleetNode keeps of an NPU node's metadata only what the storm
-// protection counts (its name and the reboot-required label and
-// reboot-reason annotation): every agent caches every NPU node, and their
-// managed fields, labels and annotations would grow each agent's memory
-// with the size of the cluster.
-func (a *Agent) slimFleetNode(obj any) (any, error) {
-	m, ok := obj.(*metav1.PartialObjectMetadata)
-	if !ok {
-		return obj, nil // a tombstone: left as it is
-	}
-	slim := &metav1.PartialObjectMetadata{
-		TypeMeta:   m.TypeMeta,
-		ObjectMeta: metav1.ObjectMeta{Name: m.Name, UID: m.UID, ResourceVersion: m.ResourceVersion},
-	}
-	if v, ok := m.Labels[a.keys.RebootRequired()]; ok {
-		slim.Labels = map[string]string{a.keys.RebootRequired(): v}
-	}
-	if v, ok := m.Annotations[a.keys.RebootReason()]; ok {
-		slim.Annotations = map[string]string{a.keys.RebootReason(): v}
-	}
-	return slim, nil
-}
-
-// sameFleetNode reports whether two versions of a slim NPU node count the
-// same for the storm protection.
-func sameFleetNode(old, cur any) bool {
-	o, ok1 := old.(*metav1.PartialObjectMetadata)
-	c, ok2 := cur.(*metav1.PartialObjectMetadata)
-	return ok1 && ok2 && maps.Equal(o.Labels, c.Labels) && maps.Equal(o.Annotations, c.Annotations)
-}
-
-func (a *Agent) cachedLeases() []*coordinationv1.Lease {
-	var out []*coordinationv1.Lease
-	for _, o := range a.leases.List() {
-		if l, ok := o.(*coordinationv1.Lease); ok {
-			out = append(out, l)
-		}
-	}
-	return out
-}
-
 func (a *Agent) observe(node *corev1.Node, f Facts, now time.Time) {
 	h, _ := budget.Parse(node.Annotations[a.keys.RebootHistory()])
 	inFlight := node.Annotations[a.keys.RebootFromBootID()] != ""
@@ -461,155 +415,6 @@ func (a *Agent) report(node *corev1.Node, act Action) {
 func (a *Agent) resetPending() {
 	a.lastCause, a.lastSlotMsg, a.pendingKey = CauseNone, "", ""
 	a.issuedAt, a.retryAt, a.failures = time.Time{}, time.Time{}, 0
-}
-
-func (a *Agent) acquire(ctx context.Context, node *corev1.Node, act Action, now time.Time) (time.Duration, error) {
-	res, err := a.slots.Acquire(ctx)
-	if err != nil {
-		return 0, err
-	}
-	if res.Slot != "" {
-		a.cfg.Log.WithField("slot", res.Slot).Info("took a reboot slot")
-		return time.Millisecond, nil
-	}
-	msg := fmt.Sprintf("reboot (reason=%s) waits for a reboot slot: all %d are held (by %s); --slots sets how many nodes reboot at once",
-		reasonText(act.Reason), a.cfg.Slots, strings.Join(res.Holders, ", "))
-	if msg != a.lastSlotMsg {
-		a.lastSlotMsg, a.lastCause = msg, CauseNone
-		a.cfg.Log.Info(msg)
-		a.cfg.Recorder.Node(node, false, contract.EventRebootPending, "%s", msg)
-	}
-	// The lease watch wakes us when a slot is released; the timer covers
-	// a holder that never comes back and lets its slot expire.
-	return max(res.NextExpiry.Sub(now)+time.Second, time.Second), nil
-}
-
-// reboot evicts (recovery), records and runs the reboot command.
-func (a *Agent) reboot(ctx context.Context, node *corev1.Node, act Action) (time.Duration, error) {
-	res, err := a.slots.Acquire(ctx) // re-check and renew against the API server, not the cache
-	if err != nil {
-		return 0, err
-	}
-	if res.Slot == "" {
-		return time.Second, nil
-	}
-	if act.Drain {
-		timeout := min(5*time.Minute, a.cfg.SlotTTL/2)
-		a.cfg.Log.Infof("evicting NPU pods (timeout %s)", timeout)
-		out := a.cfg.Log.WithField("step", "evict").Writer()
-		err := EvictNPUPods(ctx, a.cfg.Client, node.Name, timeout, out)
-		_ = out.Close()
-		if err != nil {
-			a.fail(ctx, node, act.Reason, err)
-			return a.retryAt.Sub(a.cfg.Clock.Now()), nil
-		}
-	}
-	if act.Record {
-		// Eviction may have taken a while and the cache may lag: decide
-		// again on the node as the API server has it now, and write at
-		// that resourceVersion.
-		fresh, err := a.cfg.Client.CoreV1().Nodes().Get(ctx, node.Name, metav1.GetOptions{})
-		if err != nil {
-			return 0, fmt.Errorf("get node %s before recording its reboot: %w", node.Name, err)
-		}
-		now := a.cfg.Clock.Now()
-		f, err := a.facts(fresh)
-		if err != nil {
-			return 0, err
-		}
-		f.SlotHeld = true // just renewed above
-		again := Decide(f, a.cfg.Policy, now)
-		if again.Kind != Reboot || !again.Record {
-			return time.Millisecond, nil // the node changed meanwhile
-		}
-		announced, err := a.announce(ctx, fresh, f, act.Reason, now)
-		if err != nil {
-			a.cfg.Log.WithError(err).Warn("cannot check for the RebootRequired event")
-		}
-		if !announced && now.Before(a.pendingSince.Add(announceGrace+announceVisible)) {
-			return time.Second, nil
-		}
-		change := kube.NodeChange{Annotations: map[string]*string{
-			a.keys.RebootFromBootID(): kube.Set(f.BootID),
-			a.keys.RebootStartedAt():  kube.Set(now.UTC().Format(time.RFC3339)),
-			// Earlier reboots judged, this one added with its purpose.
-			a.keys.RebootHistory(): kube.Set(again.History.String()),
-			// The requester may clear reboot-reason before completion.
-			a.keys.RebootStartedReason(): kube.Set(string(act.Reason)),
-		}}
-		if act.ConsumeApproval {
-			change.Annotations[a.keys.ApproveReboot()] = nil
-		}
-		if _, err := kube.PatchNodeIf(ctx, a.cfg.Client, fresh.Name, fresh.ResourceVersion, change); err != nil {
-			return conflictRetry(err, fmt.Errorf("record the reboot of node %s: %w", fresh.Name, err))
-		}
-		node = fresh
-	}
-	a.cfg.Recorder.Node(node, false, contract.EventRebooting, "rebooting node %s (reason=%s, method %s, boot ID %s)", node.Name, reasonText(act.Reason), a.cfg.Method, a.mustBootID())
-	a.cfg.Log.WithField("method", a.cfg.Method).Info("running the reboot command")
-	if err := a.cfg.Host.Reboot(ctx, a.cfg.Method); err != nil {
-		a.fail(ctx, node, act.Reason, fmt.Errorf("reboot command (--method=%s): %w", a.cfg.Method, err))
-		return a.retryAt.Sub(a.cfg.Clock.Now()), nil
-	}
-	a.issuedAt = a.cfg.Clock.Now()
-	return a.cfg.Policy.IssueTimeout, nil
-}
-
-func (a *Agent) mustBootID() string {
-	id, err := a.cfg.Host.BootID()
-	if err != nil {
-		return "unknown"
-	}
-	return id
-}
-
-// fail reports a failed attempt, gives the slot back and backs off.
-func (a *Agent) fail(ctx context.Context, node *corev1.Node, reason contract.RebootReason, cause error) {
-	backoff := minBackoff << min(a.failures, 5)
-	backoff = min(backoff, maxBackoff)
-	a.failures++
-	now := a.cfg.Clock.Now()
-	a.retryAt, a.issuedAt = now.Add(backoff), time.Time{}
-	a.cfg.Log.WithError(cause).Warnf("reboot attempt failed; retrying in %s", backoff)
-	a.cfg.Recorder.Node(node, true, contract.EventRebootFailed, "reboot of node %s (reason=%s) failed: %v; slot released, retrying in %s", node.Name, reasonText(reason), cause, backoff)
-	if err := a.slots.Release(ctx); err != nil {
-		a.cfg.Log.WithError(err).Warn("release the reboot slot after a failure")
-	}
-}
-
-func (a *Agent) complete(ctx context.Context, node *corev1.Node, act Action) (time.Duration, error) {
-	from := node.Annotations[a.keys.RebootFromBootID()]
-	change := kube.NodeChange{
-		Labels: map[string]*string{a.keys.RebootRequired(): nil},
-		Annotations: map[string]*string{
-			a.keys.RebootReason():        nil,
-			a.keys.RebootFromBootID():    nil,
-			a.keys.RebootStartedAt():     nil,
-			a.keys.RebootStartedReason(): nil,
-			// The rollout reads this to know the reboot it asked for
-			// happened while the kubelet may still report the old boot ID.
-			a.keys.RebootedFromBootID(): kube.Set(from),
-		},
-	}
-	if _, err := kube.PatchNodeIf(ctx, a.cfg.Client, node.Name, node.ResourceVersion, change); err != nil {
-		return conflictRetry(err, fmt.Errorf("clear the reboot marker of node %s after its reboot: %w", node.Name, err))
-	}
-	if err := a.slots.Release(ctx); err != nil {
-		return 0, err
-	}
-	took := ""
-	if started, err := time.Parse(time.RFC3339, node.Annotations[a.keys.RebootStartedAt()]); err == nil {
-		took = fmt.Sprintf(" in %s", a.cfg.Clock.Since(started).Round(time.Second))
-	}
-	next := ""
-	if act.Reason == contract.ReasonRecovery {
-		next = fmt.Sprintf("; the node stays cordoned until %s=true", a.keys.DriverReady())
-	}
-	a.cfg.Recorder.Node(node, false, contract.EventRebootCompleted, "node %s rebooted%s (reason=%s, boot ID %s -> %s); reboot marker cleared, slot released%s",
-		node.Name, took, reasonText(act.Reason), from, a.mustBootID(), next)
-	a.metrics.completed(act.Reason)
-	a.resetPending()
-	return 0, nil
 }
 
 // announce makes sure a pending reboot has its one RebootRequired event:
@@ -665,23 +470,3 @@ func conflictRetry(err, wrapped error) (time.Duration, error) {
 }
 
 func ptrTo[T any](v T) *T { return &v }
-
-// fleetInformer watches the metadata of the NPU nodes. Built on the
-// metadata client directly: client-go's metadatainformer package links
-// the informer factory of every API group, memory each node's agent
-// would map for nothing.
-func (a *Agent) fleetInformer() cache.SharedIndexInformer {
-	nodes := a.cfg.Metadata.Resource(schema.GroupVersionResource{Version: "v1", Resource: "nodes"})
-	selector := a.cfg.NPUNodeSelector.String()
-	lw := &cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			o.LabelSelector = selector
-			return nodes.List(ctx, o)
-		},
-		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			o.LabelSelector = selector
-			return nodes.Watch(ctx, o)
-		},
-	}
-	return cache.NewSharedIndexInformer(lw, &metav1.PartialObjectMetadata{}, a.cfg.Resync, cache.Indexers{})
-}
