@@ -458,7 +458,9 @@ func (s *Sim) rebooter(ctx context.Context, node *corev1.Node, m *machine, now t
 			change := kube.NodeChange{
 				Labels: map[string]*string{k.RebootRequired(): nil},
 				Annotations: map[string]*string{k.RebootReason(): nil, k.RebootFromBootID(): nil,
-					k.RebootStartedAt(): nil, k.RebootStartedReason(): nil},
+					k.RebootStartedAt(): nil, k.RebootStartedReason(): nil,
+					// As the rebooter records the boot it left for the rollout.
+					k.RebootedFromBootID(): kube.Set(from)},
 			}
 			if wrote, err := s.patchIf(ctx, m, node, change); err != nil || !wrote {
 				return 0, true, err

@@ -93,7 +93,8 @@ func TestOnePassPlaysEveryAgentOfTheBoot(t *testing.T) {
 	clk.Step(10 * time.Second)
 	n = sync(4 * time.Second)
 	newBoot, _ := m.host.BootID()
-	if n.Status.NodeInfo.BootID != newBoot || n.Labels[k.RebootRequired()] != "" || n.Annotations[k.RebootFromBootID()] != "" {
+	if n.Status.NodeInfo.BootID != newBoot || n.Labels[k.RebootRequired()] != "" || n.Annotations[k.RebootFromBootID()] != "" ||
+		n.Annotations[k.RebootedFromBootID()] != oldBoot {
 		t.Fatalf("after one pass at boot: boot ID %q (want %q), labels %v, annotations %v; want the boot reported and the reboot completed",
 			n.Status.NodeInfo.BootID, newBoot, n.Labels, n.Annotations)
 	}
