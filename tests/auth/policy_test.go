@@ -52,9 +52,11 @@ func agents(k contract.Keys) []agentCase {
 		},
 		{
 			name: "driver pod", component: "driver",
-			setLabels:      []string{k.DriverVersion(), k.DriverReady(), k.RebootRequired()},
-			setAnnotations: []string{k.RebootReason()},
-			notOwnedLabel:  k.UpgradeState(), notOwnedAnnotation: k.RebootHistory(),
+			setLabels: []string{k.DriverVersion(), k.DriverReady(), k.RebootRequired()},
+			// reboot-history: the health-watch records a wedge that ended
+			// without a reboot for the loop guard.
+			setAnnotations: []string{k.RebootReason(), k.RebootHistory()},
+			notOwnedLabel:  k.UpgradeState(), notOwnedAnnotation: k.RebootStartedAt(),
 		},
 	}
 }
