@@ -189,8 +189,8 @@ func Decide(f Facts, p Policy, now time.Time) Action {
 	history, _ = judge(history, n, k, true)
 	if loop := p.Budget.Loop(history); loop != nil {
 		return wait(Action{Cause: CauseBudget, Event: contract.EventRebootRefused, Warning: true,
-			Why: fmt.Sprintf("refusing to reboot node %s (reason=%s): loop guard, %d reboots within %s did not achieve their purpose (%s); find out why reboots do not fix it, then reset the loop guard: %s",
-				n.Name, reasonText(reason), len(loop), p.Budget.Window, describeLoop(loop), resetCommand(n.Name, k))})
+			Why: fmt.Sprintf("refusing to reboot node %s (reason=%s): loop guard, %s within %s did not achieve their purpose (%s); find out why reboots do not fix it, then reset the loop guard: %s",
+				n.Name, reasonText(reason), countLoop(loop), p.Budget.Window, describeLoop(loop), resetCommand(n.Name, k))})
 	}
 
 	approved := n.Annotations[k.ApproveReboot()] == contract.True

@@ -116,6 +116,31 @@ func achieved(e budget.Entry, n *corev1.Node, k contract.Keys) (bool, string) {
 }
 
 // describeLoop names the counted reboots of a refusal.
+// countLoop names what the loop guard counted: reboots, and wedges that
+// ended without one, which count the same.
+func countLoop(loop budget.History) string {
+	wedges := 0
+	for _, e := range loop {
+		if e.Reason == string(contract.PurposeWedge) {
+			wedges++
+		}
+	}
+	plural := func(n int, one, many string) string {
+		if n == 1 {
+			return fmt.Sprintf("%d %s", n, one)
+		}
+		return fmt.Sprintf("%d %s", n, many)
+	}
+	switch reboots := len(loop) - wedges; {
+	case wedges == 0:
+		return plural(reboots, "reboot", "reboots")
+	case reboots == 0:
+		return plural(wedges, "wedge", "wedges")
+	default:
+		return plural(reboots, "reboot", "reboots") + " and " + plural(wedges, "wedge", "wedges")
+	}
+}
+
 func describeLoop(loop budget.History) string {
 	parts := make([]string, len(loop))
 	for i, e := range loop {
