@@ -20,12 +20,7 @@ func TestRecoveryThatOutlastsTheUpgradeUncordons(t *testing.T) {
 	ctx := ctxTimeout(t, 3*time.Minute)
 	f := newFleet(t, 1, func(_, rec, _ map[string]any) { rec["autoRecover"] = true })
 	name := f.nodes[0].Name()
-	// As the rollout leaves a node it cordoned and rebooted.
-	patch(t, name, kube.NodeChange{
-		Labels:        map[string]*string{keys.UpgradeState(): kube.Set(string(contract.StateValidationRequired))},
-		Annotations:   map[string]*string{keys.UpgradeWasCordoned(): kube.Set(contract.False)},
-		Unschedulable: ptr.To(true),
-	})
+	holdInValidation(t, name)
 	before := bootID(t, name)
 	wedge(t, f.nodes[0])
 	n := waitNode(ctx, t, name, "recovery reboot done, the recovery holding the cordon", func(n *corev1.Node) bool {
@@ -55,11 +50,7 @@ func TestRecoveryEndingInsideTheUpgradeLeavesTheCordon(t *testing.T) {
 	ctx := ctxTimeout(t, 3*time.Minute)
 	f := newFleet(t, 1, func(_, rec, _ map[string]any) { rec["autoRecover"] = true })
 	name := f.nodes[0].Name()
-	patch(t, name, kube.NodeChange{
-		Labels:        map[string]*string{keys.UpgradeState(): kube.Set(string(contract.StateValidationRequired))},
-		Annotations:   map[string]*string{keys.UpgradeWasCordoned(): kube.Set(contract.False)},
-		Unschedulable: ptr.To(true),
-	})
+	holdInValidation(t, name)
 	before := bootID(t, name)
 	wedge(t, f.nodes[0])
 	waitNode(ctx, t, name, "recovery reboot done", func(n *corev1.Node) bool {
@@ -73,4 +64,15 @@ func TestRecoveryEndingInsideTheUpgradeLeavesTheCordon(t *testing.T) {
 	if !n.Spec.Unschedulable {
 		t.Fatal("the rebooter uncordoned a node the driver upgrade still holds")
 	}
+}
+
+// holdInValidation puts node name where the rollout leaves a node it
+// cordoned (no admin cordon before) and rebooted: validation-required.
+func holdInValidation(t *testing.T, name string) {
+	t.Helper()
+	patch(t, name, kube.NodeChange{
+		Labels:        map[string]*string{keys.UpgradeState(): kube.Set(string(contract.StateValidationRequired))},
+		Annotations:   map[string]*string{keys.UpgradeWasCordoned(): kube.Set(contract.False)},
+		Unschedulable: ptr.To(true),
+	})
 }

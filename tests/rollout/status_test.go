@@ -2,7 +2,6 @@ package rollout_test
 
 import (
 	"context"
-	"encoding/json"
 	"strings"
 	"testing"
 	"time"
@@ -16,7 +15,6 @@ import (
 
 	"github.com/openfuyao/npu-stack/internal/budget"
 	"github.com/openfuyao/npu-stack/internal/contract"
-	"github.com/openfuyao/npu-stack/internal/rollout"
 )
 
 // statusArgs are the flags of the rollout's args that status shares.
@@ -36,14 +34,7 @@ func statusArgs(args []string) []string {
 // contains every part.
 func statusNote(ctx context.Context, t *testing.T, args []string, node string, parts ...string) {
 	t.Helper()
-	r := hooks(ctx, t, statusArgs(args)...)
-	if r.code != 0 {
-		t.Fatalf("status: %s", r)
-	}
-	var st rollout.Status
-	if err := json.Unmarshal([]byte(r.stdout), &st); err != nil {
-		t.Fatalf("status -o json: %v\n%s", err, r.stdout)
-	}
+	st := rolloutStatus(ctx, t, args)
 	for _, row := range st.Nodes {
 		if row.Node != node {
 			continue
@@ -55,7 +46,7 @@ func statusNote(ctx context.Context, t *testing.T, args []string, node string, p
 		}
 		return
 	}
-	t.Fatalf("status lists no node %s:\n%s", node, r.stdout)
+	t.Fatalf("status lists no node %s: %+v", node, st.Nodes)
 }
 
 // TestStatusNamesAnInvalidApproval: approve-reboot=yes is no approval;
