@@ -59,12 +59,10 @@ func (o *observer) observe(nodes []*corev1.Node, k contract.Keys, now time.Time)
 		}
 		out[n.Name] = cur
 	}
+	// Each call builds a new map and never changes it after, so the
+	// snapshot may keep it.
 	o.seen = out
-	copied := make(map[string]Seen, len(out))
-	for name, s := range out {
-		copied[name] = s
-	}
-	return copied
+	return out
 }
 
 // stateSeen is when the node was first seen in its current state: the
