@@ -99,3 +99,35 @@ func ClockOf(h Host) clock.WithTicker {
 	}
 	return clock.RealClock{}
 }
+
+// ProblemError is the host failing the host contract (docs/host-contract.md):
+// npu-smi missing or unable to load its libraries, no driver installed, a
+// read-only driver path, D-Bus refused by a security module. It is not a
+// chip fault: it must never be taken for a wedge or answered with a reboot,
+// which cannot fix it. What says what is wrong, Fix what an operator does
+// about it; both are in words an operator can act on.
+type ProblemError struct {
+	What string
+	Fix  string
+	Err  error
+}
+
+func (e *ProblemError) Error() string {
+	msg := "host problem: " + e.What
+	if e.Err != nil {
+		msg += ": " + e.Err.Error()
+	}
+	if e.Fix != "" {
+		msg += "; fix: " + e.Fix
+	}
+	return msg
+}
+
+func (e *ProblemError) Unwrap() error { return e.Err }
+
+// IsProblem reports whether err is, or wraps, a *ProblemError.
+func IsProblem(err error) (*ProblemError, bool) {
+	var pe *ProblemError
+	ok := errors.As(err, &pe)
+	return pe, ok
+}
