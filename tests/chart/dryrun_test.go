@@ -1,6 +1,7 @@
 package chart_test
 
 import (
+	"bytes"
 	"context"
 	"os"
 	"path/filepath"
@@ -14,7 +15,10 @@ import (
 	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/restmapper"
@@ -53,8 +57,36 @@ func installServiceMonitorCRD(t *testing.T, ctx context.Context) {
 	if _, err := client.ApiextensionsV1().CustomResourceDefinitions().Create(ctx, crd, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
-	lw := cache.NewListWatchFromClient(client.ApiextensionsV1().RESTClient(), "customresourcedefinitions", "", fields.OneTermEqualSelector("metadata.name", crd.Name))
-	err = testbed.WaitFor(ctx, lw, &apiextensionsv1.CustomResourceDefinition{}, func(crds []*apiextensionsv1.CustomResourceDefinition) (bool, error) {
+	waitEstablished(t, ctx, client, crd.Name)
+}
+
+// installNFDCRD installs Node Feature Discovery's own NodeFeatureRule CRD
+// (testdata/crds, copied from the v0.19.0 module), so the API server
+// validates the chart's rule against NFD's schema.
+func installNFDCRD(t *testing.T, ctx context.Context) {
+	t.Helper()
+	client, err := apiextensionsclient.NewForConfig(env.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(filepath.Join("testdata", "crds", "nfd-nodefeaturerules-v0.19.0.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	crd := &apiextensionsv1.CustomResourceDefinition{}
+	if err := yaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096).Decode(crd); err != nil {
+		t.Fatalf("decode the NFD CRD: %v", err)
+	}
+	if _, err := client.ApiextensionsV1().CustomResourceDefinitions().Create(ctx, crd, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	waitEstablished(t, ctx, client, crd.Name)
+}
+
+func waitEstablished(t *testing.T, ctx context.Context, client apiextensionsclient.Interface, name string) {
+	t.Helper()
+	lw := cache.NewListWatchFromClient(client.ApiextensionsV1().RESTClient(), "customresourcedefinitions", "", fields.OneTermEqualSelector("metadata.name", name))
+	err := testbed.WaitFor(ctx, lw, &apiextensionsv1.CustomResourceDefinition{}, func(crds []*apiextensionsv1.CustomResourceDefinition) (bool, error) {
 		for _, c := range crds {
 			for _, cond := range c.Status.Conditions {
 				if cond.Type == apiextensionsv1.Established && cond.Status == apiextensionsv1.ConditionTrue {
@@ -65,7 +97,7 @@ func installServiceMonitorCRD(t *testing.T, ctx context.Context) {
 		return false, nil
 	})
 	if err != nil {
-		t.Fatalf("ServiceMonitor CRD not established: %v", err)
+		t.Fatalf("CRD %s not established: %v", name, err)
 	}
 }
 
@@ -79,6 +111,7 @@ func TestEveryVariantIsAcceptedByTheAPIServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	installServiceMonitorCRD(t, ctx)
+	installNFDCRD(t, ctx)
 	dyn, err := dynamic.NewForConfig(env.Config())
 	if err != nil {
 		t.Fatal(err)
@@ -109,6 +142,38 @@ func TestEveryVariantIsAcceptedByTheAPIServer(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// The chart's NodeFeatureRule is valid under NFD's own CRD schema, which
+// the API server enforces: the same rule with an operator NFD does not
+// know is refused.
+func TestNodeFeatureRuleMatchesNFDSchema(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	installNFDCRD(t, ctx)
+	dyn, err := dynamic.NewForConfig(env.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ri := dyn.Resource(schema.GroupVersionResource{Group: "nfd.k8s-sigs.io", Version: "v1alpha1", Resource: "nodefeaturerules"})
+	rule := mustRender(t, variant{name: "nfr", vals: map[string]any{"nodeFeatureRule": map[string]any{"enabled": true}}}).find("NodeFeatureRule", "npu-stack-npu")
+	if rule == nil {
+		t.Fatal("nodeFeatureRule.enabled rendered no NodeFeatureRule npu-stack-npu")
+	}
+	dryRun := metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}, FieldValidation: "Strict"}
+	if _, err := ri.Create(ctx, rule, dryRun); err != nil {
+		t.Fatalf("the API server refused the chart's NodeFeatureRule under NFD's schema: %v", err)
+	}
+	broken := rule.DeepCopy()
+	rules, _, _ := unstructured.NestedSlice(broken.Object, "spec", "rules")
+	expr := rules[0].(map[string]any)["matchFeatures"].([]any)[0].(map[string]any)["matchExpressions"].(map[string]any)
+	expr["vendor"].(map[string]any)["op"] = "Equals"
+	if err := unstructured.SetNestedSlice(broken.Object, rules, "spec", "rules"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ri.Create(ctx, broken, dryRun); err == nil || !apierrors.IsInvalid(err) {
+		t.Fatalf("a NodeFeatureRule with op Equals was not refused as invalid (%v): the CRD schema is not applied", err)
 	}
 }
 

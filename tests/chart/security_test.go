@@ -27,12 +27,14 @@ var securityTable = map[string]containerSecurity{
 	// The vendor installer loads the driver's kernel modules (insmod) and
 	// creates /dev/davinci*: the host's full privilege.
 	"driver/driver": {privileged: true},
-	// npu-smi opens /dev/davinci* and davinci_manager of the host, devices
-	// no device plugin hands out (the driver creates them at load time).
+	// npu-smi, chrooted into the host, opens /dev/davinci* and
+	// davinci_manager of the host, devices no device plugin hands out (the
+	// driver creates them at load time).
 	"driver/watch": {privileged: true},
 	// The gate runs npu-smi to see the chips before the plugin starts.
 	"device-plugin/wait-for-driver": {privileged: true},
-	// Reads the driver tree, writes the CDI spec: files only.
+	// Reads the driver tree, writes the CDI spec: files only, as root (the
+	// spec directory is root's), with no capability.
 	"device-plugin/cdi-generate": {},
 	// The vendor plugin enumerates the chips through the driver's dcmi.
 	"device-plugin/device-plugin": {privileged: true},
@@ -41,8 +43,9 @@ var securityTable = map[string]containerSecurity{
 	// rebooter.method=systemd: a D-Bus call to the host's systemd, which
 	// lets a root peer with CAP_SYS_ADMIN start reboot.target.
 	"rebooter/rebooter": {capAdd: []string{"SYS_ADMIN"}},
-	// rebooter.method=sysrq: writes /proc/sysrq-trigger, which needs a
-	// writable /proc, which only a privileged container has.
+	// rebooter.method=sysrq, or rebooter.fallbackMethod=sysrq: writes
+	// /proc/sysrq-trigger, which needs a writable /proc, which only a
+	// privileged container has.
 	"rebooter/rebooter@sysrq": {privileged: true},
 	// The hooks only talk to the API server.
 	"preflight/preflight":    {},
@@ -88,8 +91,15 @@ func securityKey(o *unstructured.Unstructured, container string, c map[string]an
 	if o.GetLabels()["app"] == "npu-driver-daemonset" {
 		comp = "driver"
 	}
+	// A fleet with several host driver trees gets a device plugin and an
+	// exporter per tree (device-plugin-<profile>): the same containers.
+	for _, base := range []string{"device-plugin", "exporter"} {
+		if strings.HasPrefix(comp, base+"-") {
+			comp = base
+		}
+	}
 	key := comp + "/" + container
-	if comp == "rebooter" && hasArg(strs(c["args"]), "--method=sysrq") {
+	if comp == "rebooter" && (hasArg(strs(c["args"]), "--method=sysrq") || hasArg(strs(c["args"]), "--fallback-method=sysrq")) {
 		key += "@sysrq"
 	}
 	return key
@@ -124,7 +134,8 @@ func checkContainerSecurity(t *testing.T, where, key string, c map[string]any) {
 // TestRBACMatchesTheCode checks the rendered roles for what tests/auth
 // proves on the API server, in every variant: nodes are patched, never
 // updated; only the rollout evicts; only the rollout and the rebooter
-// delete pods; no wildcard; no Secrets, no pods/exec or attach.
+// delete pods, and the driver pod in its own namespace; no wildcard; no
+// Secrets, no pods/exec or attach.
 func TestRBACMatchesTheCode(t *testing.T) {
 	for _, v := range variants() {
 		r := mustRender(t, v)
@@ -152,7 +163,9 @@ func TestRBACMatchesTheCode(t *testing.T) {
 			if ruleAllows(role, "", "pods/eviction", "create") && comp != "rollout" {
 				t.Errorf("%s may evict pods: only the rollout evicts (the rebooter deletes its own node's pods)", where)
 			}
-			if ruleAllows(role, "", "pods", "delete") && comp != "rollout" && comp != "rebooter" {
+			// The driver pod (health-watch) deletes the device-plugin pod
+			// of its wedged node, in the chart's namespace only (a Role).
+			if ruleAllows(role, "", "pods", "delete") && comp != "rollout" && comp != "rebooter" && (comp != "driver" || role.GetKind() != "Role") {
 				t.Errorf("%s may delete pods", where)
 			}
 		}

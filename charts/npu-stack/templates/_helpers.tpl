@@ -72,7 +72,7 @@ imagePullSecrets:
 
 {{/* Driver image tag of one profile: (dict "profile" $p "ctx" $). */}}
 {{- define "npu-stack.driverTag" -}}
-{{- $data := dict "version" (toString .ctx.Values.driver.version) "chip" .profile.chip "kernel" .profile.kernel "os" .profile.os "name" .profile.name }}
+{{- $data := dict "version" (toString .ctx.Values.driver.version) "chip" .profile.chip "kernel" (.profile.imageKernel | default .profile.kernel) "nodeKernel" .profile.kernel "os" .profile.os "name" .profile.name }}
 {{- tpl .ctx.Values.driver.tagTemplate $data }}
 {{- end }}
 
@@ -98,9 +98,104 @@ tolerations:
 {{- end }}
 {{- end }}
 
-{{/* Driver tree on the host that CDI and the device plugin read. */}}
+{{/* Driver tree on the host when no profile names its own. */}}
 {{- define "npu-stack.driverRoot" -}}
 {{- .Values.driver.hostDriverPath }}
+{{- end }}
+
+{{/* Host driver tree of one profile: (dict "profile" $p "ctx" $). */}}
+{{- define "npu-stack.profileDriverRoot" -}}
+{{- .profile.hostDriverPath | default .ctx.Values.driver.hostDriverPath }}
+{{- end }}
+
+{{/*
+The node groups of the device plugin and the exporter, as JSON
+[{name, path, profiles}]: one group per host driver tree the profiles use.
+The vendor images read the driver at /usr/local/Ascend/driver inside the
+container (MindCluster v7.3.0 Dockerfiles, LD_LIBRARY_PATH), so each pod
+mounts its node's tree there, and one DaemonSet can serve only nodes that
+share a host path. One tree (the usual case, and the passthrough driver):
+one group named "" that selects every NPU node, as before. Several (a
+fleet mixing KubeOS, whose driver lives in /var/lib/Ascend/driver, with
+other OSes): the group of driver.hostDriverPath keeps the name "", every
+other is named after its first profile and selects its profiles' nodes.
+*/}}
+{{- define "npu-stack.driverGroups" -}}
+{{- $groups := list }}
+{{- if .Values.driver.enabled }}
+{{- $paths := list }}
+{{- $byPath := dict }}
+{{- range .Values.driver.profiles }}
+{{- $path := include "npu-stack.profileDriverRoot" (dict "profile" . "ctx" $) }}
+{{- if not (hasKey $byPath $path) }}
+{{- $paths = append $paths $path }}
+{{- $_ := set $byPath $path list }}
+{{- end }}
+{{- $_ := set $byPath $path (append (get $byPath $path) .) }}
+{{- end }}
+{{- range $paths }}
+{{- $profiles := get $byPath . }}
+{{- $name := "" }}
+{{- if and (gt (len $paths) 1) (ne . $.Values.driver.hostDriverPath) }}
+{{- $name = (first $profiles).name }}
+{{- end }}
+{{- $groups = append $groups (dict "name" $name "path" . "profiles" (ternary $profiles (list) (gt (len $paths) 1))) }}
+{{- end }}
+{{- else }}
+{{- $groups = list (dict "name" "" "path" .Values.driver.hostDriverPath "profiles" list) }}
+{{- end }}
+{{- toJson $groups }}
+{{- end }}
+
+{{/* Component of a group's device plugin or exporter: (dict "base" "device-plugin" "group" $g). */}}
+{{- define "npu-stack.groupComponent" -}}
+{{- .base }}{{ if .group.name }}-{{ .group.name }}{{ end }}
+{{- end }}
+
+{{/* Group of one profile: (dict "profile" $p "ctx" $). */}}
+{{- define "npu-stack.profileGroup" -}}
+{{- $path := include "npu-stack.profileDriverRoot" . }}
+{{- range (include "npu-stack.driverGroups" .ctx | fromJsonArray) }}
+{{- if eq .path $path }}{{ toJson . }}{{ end }}
+{{- end }}
+{{- end }}
+
+{{/*
+Scheduling of a group's pods: the NPU nodes, and with several groups only
+the nodes of the group's profiles (a profile's chip, kernel and os labels
+and its own nodeSelector; the terms are ORed).
+*/}}
+{{- define "npu-stack.groupScheduling" -}}
+{{- include "npu-stack.npuNodeSelector" .ctx }}
+{{- with .group.profiles }}
+affinity:
+  nodeAffinity:
+    requiredDuringSchedulingIgnoredDuringExecution:
+      nodeSelectorTerms:
+        {{- range . }}
+        {{- $l := $.ctx.Values.driver.profileLabels }}
+        {{- $sel := merge (dict $l.chip .chip $l.kernel .kernel $l.os .os) (.nodeSelector | default dict) }}
+        - matchExpressions:
+            {{- range $k, $v := $sel }}
+            - {key: {{ $k | quote }}, operator: In, values: [{{ $v | quote }}]}
+            {{- end }}
+        {{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
+The host's / at /host (read-only, host mounts propagated) for our binaries
+that read host files or run npu-smi: they get --host-root=/host and resolve
+every host path under it (npu-smi runs chrooted there, so the host's own
+loader and libraries apply). Not recursive read-only: /dev, /run and /sys
+stay as the host mounts them.
+*/}}
+{{- define "npu-stack.hostRootMount" -}}
+- {name: host-root, mountPath: /host, readOnly: true, mountPropagation: HostToContainer}
+{{- end }}
+{{- define "npu-stack.hostRootVolume" -}}
+- name: host-root
+  hostPath: {path: /, type: Directory}
 {{- end }}
 
 {{/* ServiceAccount names. */}}
@@ -181,11 +276,12 @@ rollout watches so the newest policy takes effect at once.
 {{- /* 90% of the Job's hard limit: the rollout stops first and prints its
 summary (the stuck nodes and their fix) before the Job is killed. */}}
 - {{ printf "--deadline=%vs" (div (mul .Values.hooks.activeDeadlineSeconds 9) 10) | quote }}
-{{- if .Values.devicePlugin.enabled }}
-- {{ printf "--reroll=%s/%s-device-plugin" (include "npu-stack.namespace" .) (include "npu-stack.fullname" .) | quote }}
+{{- range $group := include "npu-stack.driverGroups" . | fromJsonArray }}
+{{- range $base, $on := dict "device-plugin" $.Values.devicePlugin.enabled "exporter" $.Values.exporter.enabled }}
+{{- if $on }}
+- {{ printf "--reroll=%s/%s-%s" (include "npu-stack.namespace" $) (include "npu-stack.fullname" $) (include "npu-stack.groupComponent" (dict "base" $base "group" $group)) | quote }}
 {{- end }}
-{{- if .Values.exporter.enabled }}
-- {{ printf "--reroll=%s/%s-exporter" (include "npu-stack.namespace" .) (include "npu-stack.fullname" .) | quote }}
+{{- end }}
 {{- end }}
 {{- range $p.rerollTargets }}
 {{- if .name }}
