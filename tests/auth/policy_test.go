@@ -148,8 +148,9 @@ func TestNodeAgentsChangeOnlyTheirOwnNode(t *testing.T) {
 			}
 
 			// Pods: on its own node only (the rebooter); the driver pod
-			// deletes nothing (RBAC). Nobody evicts: an eviction names no
-			// node for the policy to check.
+			// deletes none outside the chart's namespace (RBAC: a Role for
+			// the device-plugin pod of its wedged node). Nobody evicts: an
+			// eviction names no node for the policy to check.
 			onB := createPod(t, workNS, ag.component+"-victim-b", b, "")
 			onA := createPod(t, workNS, ag.component+"-victim-a", a, "")
 			if ag.cordons {
@@ -159,6 +160,13 @@ func TestNodeAgentsChangeOnlyTheirOwnNode(t *testing.T) {
 			} else {
 				wantForbidden(t, "delete a pod on B", c.CoreV1().Pods(workNS).Delete(ctx, onB.Name, metav1.DeleteOptions{}), "cannot delete resource \"pods\"")
 				wantForbidden(t, "delete a pod on A", c.CoreV1().Pods(workNS).Delete(ctx, onA.Name, metav1.DeleteOptions{}), "cannot delete resource \"pods\"")
+				// In the chart's namespace (the device-plugin pods): on
+				// its own node only, by the policy.
+				pluginB := createPod(t, s.ns, ag.component+"-plugin-b", b, "")
+				pluginA := createPod(t, s.ns, ag.component+"-plugin-a", a, "")
+				wantForbidden(t, "delete the device-plugin pod on B", c.CoreV1().Pods(s.ns).Delete(ctx, pluginB.Name, metav1.DeleteOptions{}),
+					"may delete only pods on node "+a+", not pod "+s.ns+"/"+pluginB.Name+" (on node "+b+")")
+				wantAllowed(t, "delete the device-plugin pod on A", c.CoreV1().Pods(s.ns).Delete(ctx, pluginA.Name, metav1.DeleteOptions{}))
 			}
 			wantForbidden(t, "evict a pod on B", c.PolicyV1().Evictions(workNS).Evict(ctx, &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: onB.Name, Namespace: workNS}}),
 				"cannot create resource \"pods/eviction\"")

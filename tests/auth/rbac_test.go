@@ -37,11 +37,22 @@ var everyone = []string{
 // here deliberately, with the call that needs it.
 var allowlist = map[string][]string{
 	// driver entry: get its Node, patch driver-version; health-watch: get
-	// its Node, patch driver-ready and the recovery request; Node events.
-	"driver": {"get nodes", "patch nodes", "create events", "patch events"},
-	// The vendor device plugin and exporter read; they write nothing.
-	"device-plugin": {"get nodes", "list nodes", "watch nodes", "get pods", "list pods", "watch pods"},
-	"exporter":      {"get pods", "list pods", "watch pods"},
+	// its Node, patch driver-ready and the recovery request, and on a
+	// wedge list and delete the device-plugin pod of its own node (this
+	// namespace only); Node events.
+	"driver": {"get nodes", "patch nodes", "list pods", "delete pods", "create events", "patch events"},
+	// The vendor device plugin (MindCluster v7.3.0 pkg/kubeclient): gets
+	// and patches its Node and the node status, watches and patches the
+	// pods of its node, watches the reset ConfigMaps and updates the
+	// reset/fault ConfigMaps of the jobs' namespaces; creates in
+	// kube-system only (kubeSystemAllowlist).
+	"device-plugin": {
+		"get nodes", "patch nodes", "patch nodes/status",
+		"get pods", "list pods", "watch pods", "patch pods",
+		"get configmaps", "list configmaps", "watch configmaps", "update configmaps",
+	},
+	// The vendor exporter never calls the API.
+	"exporter": {},
 	// Watches its Node (and the NPU nodes' metadata), patches it; deletes
 	// the NPU pods of its own wedged node (list, delete, get to wait),
 	// asking for the DaemonSet of the pods it skips; reads and writes
@@ -68,6 +79,14 @@ var allowlist = map[string][]string{
 	// Lists the NPU nodes and the pods on them (kubectl's drain library,
 	// which asks for the DaemonSet of each DaemonSet pod).
 	"preflight": {"list nodes", "list pods", "get daemonsets.apps"},
+}
+
+// kubeSystemAllowlist is what a component holds in kube-system beyond its
+// cluster-wide rights: the vendor device plugin creates its
+// mindx-dl-deviceinfo-<node> ConfigMap and its fault Events there
+// (MindCluster api.KubeNS).
+var kubeSystemAllowlist = map[string][]string{
+	"device-plugin": {"create configmaps", "create events"},
 }
 
 // TestEveryServiceAccountHoldsExactlyItsAllowlist installs the chart (and
@@ -118,6 +137,19 @@ func TestEveryServiceAccountHoldsExactlyItsAllowlist(t *testing.T) {
 			}
 			if rules.incomplete {
 				t.Errorf("the rules review of %s is incomplete: %s", s.sa(comp), rules.evalErr)
+			}
+
+			// kube-system: its cluster-wide rights (what it holds in a
+			// namespace the chart puts no Role in) plus kubeSystemAllowlist.
+			ks, cluster := rulesOf(ctx, t, c, "kube-system"), rulesOf(ctx, t, c, metav1.NamespaceDefault)
+			wantKS := append(slices.Clone(cluster.resource), kubeSystemAllowlist[comp]...)
+			slices.Sort(wantKS)
+			wantKS = slices.Compact(wantKS)
+			if extra := minus(ks.resource, wantKS); len(extra) > 0 {
+				t.Errorf("%s holds rights in kube-system beyond its cluster-wide ones and its kubeSystemAllowlist: %q", s.sa(comp), extra)
+			}
+			if missing := minus(wantKS, ks.resource); len(missing) > 0 {
+				t.Errorf("%s lacks rights in kube-system: %q", s.sa(comp), missing)
 			}
 
 			// Asked the other way, for every namespace.
