@@ -137,8 +137,9 @@ func Run(ctx context.Context, in Input) (Result, error) {
 		switch c := covering[n.Name]; len(c) {
 		case 0:
 			r.Problems = append(r.Problems, Problem{"node/" + n.Name, fmt.Sprintf(
-				"no driver profile covers it (%s=%q, %s=%q, %s=%q); add a matching entry to driver.profiles, fix the node's labels, or remove it from npuNodeSelector",
-				in.ProfileLabels.Chip, n.Labels[in.ProfileLabels.Chip], in.ProfileLabels.Kernel, n.Labels[in.ProfileLabels.Kernel], in.ProfileLabels.OS, n.Labels[in.ProfileLabels.OS])})
+				"no driver profile covers it (%s=%q, %s=%q, %s=%q); add a matching entry to driver.profiles, fix the node's labels, or remove it from npuNodeSelector%s",
+				in.ProfileLabels.Chip, n.Labels[in.ProfileLabels.Chip], in.ProfileLabels.Kernel, n.Labels[in.ProfileLabels.Kernel], in.ProfileLabels.OS, n.Labels[in.ProfileLabels.OS],
+				kernelHint(n.Labels, in.Profiles, in.ProfileLabels))})
 		case 1:
 		default:
 			r.Problems = append(r.Problems, Problem{"node/" + n.Name, fmt.Sprintf(

@@ -85,6 +85,11 @@ func TestRun(t *testing.T) {
 		want []string
 	}{
 		"uncovered": {input(node("n1", "910b", "1.0", false, true), node("odd", "tpu", "1.0", false, true)), []string{"node/odd", `openfuyao.com/npu.chip="tpu"`, "driver.profiles"}},
+		"profile kernel in the image tag's form": {func() Input {
+			oe := node("oe", "910b", "1.0", false, true)
+			oe.Labels[contract.LabelKernel] = "k1.oe2403sp3.aarch64"
+			return input(node("n1", "910b", "1.0", false, true), oe)
+		}(), []string{"node/oe", `profile a has kernel "k1"`, `imageKernel to "k1"`}},
 		"overlap": {func() Input {
 			in := input(ok...)
 			in.Profiles = append(in.Profiles, Profile{Name: "c", Chip: "910b", Kernel: "k1", OS: "os1"})
