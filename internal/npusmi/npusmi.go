@@ -1,8 +1,17 @@
 // Package npusmi reads the table `npu-smi info` prints: the chips of a node
-// and their health. Two layouts exist: 910B shows one chip row per NPU with
-// a single "Chip" column; 310P adds a "Device" column (the logical ID, the N
-// of /dev/davinciN) and lists every chip of a card under its NPU row (two
-// on an Atlas 300I Duo).
+// and their health. The layouts are those of the npu-smi source
+// (hicann/driver, src/custom/dev_prod/user/npucli/src/npu_info_print.c;
+// testdata/README.md cites the format strings):
+//
+//   - 910B: a "Chip" column under "NPU Name", one chip per NPU;
+//   - Atlas A3 (910_93): "Chip  Phy-ID", the chip (die) index and its
+//     physical ID, two chips per NPU;
+//   - 310P and 310B: "Chip  Device", the chip index and its logical ID,
+//     one chip per NPU (two on an Atlas 300I Duo); 310B prints no process
+//     table and "NA" for a Bus-Id it cannot read.
+//
+// In every layout each chip has an NPU row of its own (NPU ID, name,
+// health) followed by its chip row, so health is per chip.
 package npusmi
 
 import (
@@ -46,13 +55,16 @@ type Chip struct {
 	NPU int
 	// Chip is the chip's index on its card.
 	Chip int
-	// Device is the logical ID from the Device column (310P), or -1 when
-	// the layout has no such column (910B).
+	// Device is the logical ID from the Device column (310P, 310B), or -1
+	// when the layout has no such column (910B, A3).
 	Device int
+	// PhyID is the physical chip ID from the Phy-ID column (Atlas A3), or
+	// -1 when the layout has no such column.
+	PhyID int
 	// Name is the chip model, such as 910B3 or 310P3.
 	Name string
-	// Health is the card's health, which npu-smi reports per NPU row and
-	// therefore applies to every chip of the card.
+	// Health is the chip's health, from the NPU row printed above its chip
+	// row.
 	Health Health
 	// RawHealth is the Health cell as printed.
 	RawHealth string
@@ -88,9 +100,17 @@ func Parse(out []byte) (Info, error) {
 }
 
 type parser struct {
-	info      Info
-	hasDevice bool
+	info Info
+	// second is the column after Chip in the header ("Device",
+	// "Phy-ID"), "" when the header has only Chip.
+	second string
 }
+
+// Columns that may follow Chip in the header's second line.
+const (
+	colDevice = "Device"
+	colPhyID  = "Phy-ID"
+)
 
 type lineKind int
 
@@ -144,7 +164,12 @@ func (p *parser) parse(text string) (Info, error) {
 		if kind, cells := classify(strings.TrimSpace(lines[i])); kind == lineRow && len(cells) > 0 {
 			fields := strings.Fields(cells[0])
 			if len(fields) > 0 && fields[0] == "Chip" {
-				p.hasDevice = len(fields) > 1 && fields[1] == "Device"
+				if len(fields) > 1 {
+					p.second = fields[1]
+				}
+				if len(fields) > 2 || (p.second != "" && p.second != colDevice && p.second != colPhyID) {
+					return Info{}, fmt.Errorf("header line %d: unknown chip columns %q; known: \"Chip\", \"Chip %s\" and \"Chip %s\"", i+1, cells[0], colDevice, colPhyID)
+				}
 				i++
 			}
 		}
@@ -159,8 +184,9 @@ func (p *parser) parse(text string) (Info, error) {
 }
 
 // rows reads the chip blocks: each starts after a border with an NPU row,
-// followed by one chip row per chip of the card. The process table that
-// follows the chip table ends it.
+// followed by its chip row (npu-smi prints one; more are read as chips
+// sharing the NPU row's health). The process table that follows the chip
+// table ends it; 310B prints none, and the output ends after its table.
 func (p *parser) rows(lines []string, from int) error {
 	var card *Chip // the NPU row of the current block
 	chipsInBlock := 0
@@ -222,17 +248,17 @@ func npuRow(cells []string, line int) (Chip, error) {
 	if cells[1] == "" {
 		return Chip{}, fmt.Errorf("line %d: NPU %d has an empty Health column", line, id)
 	}
-	return Chip{NPU: id, Name: fields[1], Health: ParseHealth(cells[1]), RawHealth: cells[1], Device: -1}, nil
+	return Chip{NPU: id, Name: fields[1], Health: ParseHealth(cells[1]), RawHealth: cells[1], Device: -1, PhyID: -1}, nil
 }
 
 func (p *parser) chipRow(card Chip, cells []string, line int) (Chip, error) {
 	fields := strings.Fields(cells[0])
 	want := 1
-	if p.hasDevice {
+	if p.second != "" {
 		want = 2
 	}
 	if len(fields) != want {
-		return Chip{}, fmt.Errorf("line %d: chip row %q of NPU %d: want %d numbers (the header's Chip/Device columns)", line, cells[0], card.NPU, want)
+		return Chip{}, fmt.Errorf("line %d: chip row %q of NPU %d: want %d numbers (the header's Chip %s columns)", line, cells[0], card.NPU, want, p.second)
 	}
 	nums := make([]int, len(fields))
 	for i, f := range fields {
@@ -244,8 +270,11 @@ func (p *parser) chipRow(card Chip, cells []string, line int) (Chip, error) {
 	}
 	c := card
 	c.Chip = nums[0]
-	if p.hasDevice {
+	switch p.second {
+	case colDevice:
 		c.Device = nums[1]
+	case colPhyID:
+		c.PhyID = nums[1]
 	}
 	c.BusID = cells[1]
 	return c, nil
