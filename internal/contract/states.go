@@ -70,6 +70,10 @@ const (
 	EventUpgradeFailed    EventReason = "UpgradeFailed"
 	EventChipWedged       EventReason = "ChipWedged"
 	EventChipRecovered    EventReason = "ChipRecovered"
+	// EventNPUHostProblem: npu-smi could not run (missing, unable to load
+	// its libraries, no driver on this boot): the host breaks its
+	// contract; no wedge, no reboot.
+	EventNPUHostProblem EventReason = "NPUHostProblem"
 	// Events of the driver pod's entry gate (npu-healthwatch driver-entry).
 	EventDriverLoaded            EventReason = "DriverLoaded"
 	EventDriverActivationPending EventReason = "DriverActivationPending"

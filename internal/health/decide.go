@@ -8,6 +8,7 @@ import (
 
 // NodeView is what the watch reads from its Node.
 type NodeView struct {
+	Name           string
 	RebootRequired bool
 	RebootReason   string
 	// DriverReady is the driver-ready label value, "" when absent.
@@ -50,12 +51,15 @@ type Policy struct {
 }
 
 // State is what the watch remembers between probes. It is deliberately
-// only a counter: everything that must survive a restart is on the Node
-// or in the marker directory.
+// only counters and the last problem reported: everything that must
+// survive a restart is on the Node or in the marker directory.
 type State struct {
 	Failures int
 	// Passes counts the consecutive passing probes while wedged.
 	Passes int
+	// Problem is the host problem last reported (its What), so that one
+	// that persists is reported once, not at every probe.
+	Problem string
 }
 
 // Event is an Event to emit on the Node.
@@ -108,6 +112,9 @@ func (a Actions) Empty() bool {
 //   - Probe fails with a marker: count; at the threshold, wedge: take the
 //     marker away, driver-ready=false and ask for a recovery reboot unless
 //     another reboot is already pending.
+//   - npu-smi could not run at all (a host problem): not counted, nothing
+//     wedged, undone or asked for; driver-ready=false and an
+//     NPUHostProblem event (decideProblem).
 func Decide(p Policy, st State, obs Observation) (State, Actions) {
 	var a Actions
 	setReady := func(v bool) {
@@ -122,6 +129,11 @@ func Decide(p Policy, st State, obs Observation) (State, Actions) {
 	recovery := obs.Node.RecoveryRequested()
 	wedged := obs.WedgeRecorded || recovery
 
+	if obs.Probe.Problem != nil {
+		setReady(false)
+		return decideProblem(st, obs, a)
+	}
+	st.Problem = ""
 	if obs.Probe.OK {
 		st.Failures = 0
 		if !wedged {

@@ -16,6 +16,7 @@ type Metrics struct {
 	probes      *prometheus.CounterVec
 	duration    prometheus.Histogram
 	wedged      prometheus.Gauge
+	hostProblem prometheus.Gauge
 }
 
 // NewMetrics registers the series with reg.
@@ -35,7 +36,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}),
 		probes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "npu_healthwatch_probes_total",
-			Help: "Chip probes by result (ok or failed).",
+			Help: "Chip probes by result: ok, failed, or host_problem (npu-smi could not run; not counted as a failure).",
 		}, []string{"result"}),
 		duration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "npu_healthwatch_probe_duration_seconds",
@@ -46,8 +47,12 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "npu_healthwatch_wedged",
 			Help: "1 while the node is marked wedged (marker removed, recovery pending).",
 		}),
+		hostProblem: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "npu_healthwatch_host_problem",
+			Help: "1 while npu-smi cannot run on the node (missing, unable to load its libraries, no driver on this boot): a host problem, never a wedge; see the NPUHostProblem event.",
+		}),
 	}
-	reg.MustRegister(m.chipHealthy, m.chips, m.failures, m.probes, m.duration, m.wedged)
+	reg.MustRegister(m.chipHealthy, m.chips, m.failures, m.probes, m.duration, m.wedged, m.hostProblem)
 	return m
 }
 
@@ -56,9 +61,13 @@ func (m *Metrics) observe(r Result, st State, wedged bool) {
 		return
 	}
 	result := "ok"
-	if !r.OK {
+	switch {
+	case r.Problem != nil:
+		result = "host_problem"
+	case !r.OK:
 		result = "failed"
 	}
+	m.hostProblem.Set(boolFloat(r.Problem != nil))
 	m.probes.WithLabelValues(result).Inc()
 	m.duration.Observe(r.Duration.Seconds())
 	m.failures.Set(float64(st.Failures))

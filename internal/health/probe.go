@@ -26,6 +26,10 @@ type Result struct {
 	// for a failed probe with a Critical chip).
 	Info     npusmi.Info
 	Duration time.Duration
+	// Problem is set when npu-smi could not run at all (missing, unable
+	// to load its libraries, no driver on this boot): the host failing
+	// its contract, which says nothing about the chips.
+	Problem *host.ProblemError
 }
 
 // Evaluate judges the output of `npu-smi info`: it must exit zero, parse,
@@ -33,6 +37,9 @@ type Result struct {
 // compute.
 func Evaluate(out []byte, runErr error, expected int) Result {
 	if runErr != nil {
+		if pe := hostProblem(runErr); pe != nil {
+			return Result{Reason: pe.Error(), Problem: pe}
+		}
 		if ee, ok := host.IsExitError(runErr); ok {
 			return Result{Reason: fmt.Sprintf("%s exited with code %d: %s", ee.Command, ee.Code, firstLine(ee.Output))}
 		}

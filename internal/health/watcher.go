@@ -249,6 +249,9 @@ func (w *Watcher) withdrawLocally(prev State, obs Observation) (localDecision, e
 // API server is away.
 func (w *Watcher) nodeUnreachable(res Result, obs Observation, local localDecision) {
 	w.logProbe(res, local.State, obs)
+	// The problem is not reported yet (no Event without the Node): keep
+	// what was reported so the next probe with the Node reports it.
+	local.State.Problem = w.state.Problem
 	w.state = local.State
 	w.markerSeen = obs.Marker && !local.RemoveMarker
 	w.metrics.observe(res, local.State, (obs.WedgeRecorded || local.RecordWedge) && !local.ClearWedge)
@@ -265,6 +268,7 @@ func (w *Watcher) expectedChips() (int, error) {
 func (w *Watcher) view(n *corev1.Node) NodeView {
 	k := w.cfg.Keys
 	return NodeView{
+		Name:           n.Name,
 		RebootRequired: n.Labels[k.RebootRequired()] == contract.True,
 		RebootReason:   n.Annotations[k.RebootReason()],
 		DriverReady:    n.Labels[k.DriverReady()],
@@ -277,6 +281,8 @@ func (w *Watcher) logProbe(r Result, st State, obs Observation) {
 	switch {
 	case r.OK:
 		f.Debug("probe ok")
+	case r.Problem != nil:
+		f.WithField("what", r.Problem.What).WithField("fix", r.Problem.Fix).Warn("host problem: npu-smi cannot run; not counted as a chip failure, no wedge, no reboot")
 	case obs.Marker || obs.WedgeRecorded:
 		f.WithField("reason", r.Reason).Warn("chip probe failed")
 	default:
