@@ -74,6 +74,9 @@ const (
 	// its libraries, no driver on this boot): the host breaks its
 	// contract; no wedge, no reboot.
 	EventNPUHostProblem EventReason = "NPUHostProblem"
+	// EventDevicePluginWithdrawn: the health-watch deleted the device
+	// plugin pod of a wedged node, so its chips leave the scheduler.
+	EventDevicePluginWithdrawn EventReason = "DevicePluginWithdrawn"
 	// Events of the driver pod's entry gate (npu-healthwatch driver-entry).
 	EventDriverLoaded            EventReason = "DriverLoaded"
 	EventDriverActivationPending EventReason = "DriverActivationPending"

@@ -72,6 +72,7 @@ type Watcher struct {
 	prober  Prober
 	events  EventRecorder
 	metrics *Metrics
+	plugin  PluginWithdrawer
 	log     logrus.FieldLogger
 
 	state State
@@ -80,20 +81,23 @@ type Watcher struct {
 	markerSeen bool
 }
 
-// Deps are the watcher's collaborators; Metrics may be nil.
+// Deps are the watcher's collaborators; Metrics and Plugin may be nil.
 type Deps struct {
 	Nodes   kube.NodeClient
 	Host    host.Host
 	Clock   clock.WithTickerAndDelayedExecution
 	Events  EventRecorder
 	Metrics *Metrics
-	Log     logrus.FieldLogger
+	// Plugin withdraws the device plugin of a wedged node
+	// (--device-plugin-selector); nil leaves it alone.
+	Plugin PluginWithdrawer
+	Log    logrus.FieldLogger
 }
 
 // NewWatcher builds a watcher; call Run or Step.
 func NewWatcher(cfg Config, d Deps) *Watcher {
 	return &Watcher{
-		cfg: cfg, nodes: d.Nodes, host: d.Host, clock: d.Clock, events: d.Events, metrics: d.Metrics,
+		cfg: cfg, nodes: d.Nodes, host: d.Host, clock: d.Clock, events: d.Events, metrics: d.Metrics, plugin: d.Plugin,
 		log:    d.Log.WithField("node", cfg.NodeName),
 		prober: NewProber(d.Host, d.Clock, cfg.Timeout),
 	}
@@ -207,6 +211,12 @@ func (w *Watcher) Step(ctx context.Context) error {
 		w.metrics.observe(res, st, (recorded || acts.RecordWedge || obs.Node.RecoveryRequested() || acts.RequestRecovery) && !acts.ClearWedge && !acts.WithdrawRecovery)
 		if err != nil {
 			return fmt.Errorf("node %s: %w; retried at the next probe", w.cfg.NodeName, err)
+		}
+		// Wedged in this boot: the marker is gone, and the device plugin
+		// must not go on advertising the chips. Checked at every probe
+		// while wedged, so a failed deletion is retried.
+		if (recorded || local.RecordWedge || acts.RecordWedge) && !acts.ClearWedge {
+			return w.withdrawPlugin(ctx, node)
 		}
 		return nil
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/sirupsen/logrus"
 	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/utils/clock"
 
 	"github.com/openfuyao/npu-stack/internal/atomicfile"
@@ -170,6 +171,7 @@ func (s *shared) watch() *cobra.Command {
 		domain      string
 		markers     string
 		metricsAddr string
+		pluginSel   string
 	)
 	cmd := &cobra.Command{
 		Use:   "watch",
@@ -208,7 +210,16 @@ func (s *shared) watch() *cobra.Command {
 				}
 				defer stop()
 			}
-			w := health.NewWatcher(cfg, health.Deps{Nodes: kube.Nodes{Client: client}, Host: h, Clock: clock.RealClock{}, Events: rec, Metrics: metrics, Log: log})
+			deps := health.Deps{Nodes: kube.Nodes{Client: client}, Host: h, Clock: clock.RealClock{}, Events: rec, Metrics: metrics, Log: log}
+			if pluginSel != "" {
+				plugin, err := devicePlugin(pluginSel, os.Getenv("POD_NAMESPACE"))
+				if err != nil {
+					return err
+				}
+				plugin.Client = client
+				deps.Plugin = plugin
+			}
+			w := health.NewWatcher(cfg, deps)
 			return w.Run(ctx)
 		},
 	}
@@ -224,7 +235,24 @@ func (s *shared) watch() *cobra.Command {
 	f.IntVar(&cfg.LoopGuard.Max, "max-reboots", 3, "the rebooter's loop guard (--max-reboots of npu-rebooter): how many withdrawn wedges and failed reboots its history keeps")
 	f.IntVar(&cfg.ExpectedChips, "expected-chips", 0, "chips npu-smi must show; 0 = as many as right after the driver loaded")
 	f.StringVar(&metricsAddr, "metrics-addr", "", "address of the Prometheus metrics endpoint, such as :9403; empty = off")
+	f.StringVar(&pluginSel, "device-plugin-selector", "", "label selector of the device-plugin pods (namespace: env POD_NAMESPACE); on a wedge the pod on this node is deleted, so its replacement waits for the driver and the NPU resources leave the scheduler; empty = off")
 	return cmd
+}
+
+// devicePlugin checks --device-plugin-selector and the namespace it applies
+// to; the client is filled in by the caller.
+func devicePlugin(selector, namespace string) (health.DevicePlugin, error) {
+	sel, err := labels.Parse(selector)
+	if err != nil {
+		return health.DevicePlugin{}, fmt.Errorf("--device-plugin-selector %q: %w; want a label selector such as app.kubernetes.io/component=device-plugin", selector, err)
+	}
+	if sel.Empty() {
+		return health.DevicePlugin{}, fmt.Errorf("--device-plugin-selector %q selects every pod; name the device plugin's labels", selector)
+	}
+	if namespace == "" {
+		return health.DevicePlugin{}, errors.New("--device-plugin-selector needs the device plugin's namespace in env POD_NAMESPACE: set it from the downward API (metadata.namespace)")
+	}
+	return health.DevicePlugin{Namespace: namespace, Selector: sel}, nil
 }
 
 // serveMetrics serves /metrics on addr; it returns the address it listens

@@ -128,3 +128,24 @@ func TestMetricsEndpoint(t *testing.T) {
 		t.Fatal("second server on a taken port started")
 	}
 }
+
+func TestDevicePluginSelectorFlag(t *testing.T) {
+	for _, tc := range []struct {
+		selector, namespace, err string
+	}{
+		{selector: "app.kubernetes.io/component=device-plugin,app.kubernetes.io/instance=npu-stack", namespace: "npu-operator"},
+		{selector: "app.kubernetes.io/component=device-plugin", err: "env POD_NAMESPACE"},
+		{selector: "a b c", namespace: "npu-operator", err: `--device-plugin-selector "a b c"`},
+		{selector: " ", namespace: "npu-operator", err: "selects every pod"},
+	} {
+		p, err := devicePlugin(tc.selector, tc.namespace)
+		switch {
+		case tc.err == "" && err != nil:
+			t.Errorf("%q: %v", tc.selector, err)
+		case tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)):
+			t.Errorf("%q in %q: error %v, want one containing %q", tc.selector, tc.namespace, err, tc.err)
+		case tc.err == "" && (p.Namespace != tc.namespace || p.Selector.String() != tc.selector):
+			t.Errorf("%q: got %+v", tc.selector, p)
+		}
+	}
+}
