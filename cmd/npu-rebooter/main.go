@@ -53,6 +53,7 @@ type runFlags struct {
 	hostRoot             string
 	dbusSocket           string
 	issueTimeout, resync time.Duration
+	recoveryDrainTimeout time.Duration
 }
 
 func newRun(opts *cli.GlobalOptions) *cobra.Command {
@@ -113,18 +114,19 @@ func newRun(opts *cli.GlobalOptions) *cobra.Command {
 					Budget:         budget.Budget{Max: f.maxReboots, Window: f.budgetWindow},
 					IssueTimeout:   f.issueTimeout,
 				},
-				Method:          method,
-				NPUNodeSelector: selector,
-				Slots:           f.slots,
-				SlotTTL:         f.slotTTL,
-				MetricsAddr:     f.metricsAddr,
-				Resync:          f.resync,
-				Client:          client,
-				Metadata:        md,
-				Host:            h,
-				Clock:           host.ClockOf(h),
-				Recorder:        rec,
-				Log:             log,
+				Method:               method,
+				NPUNodeSelector:      selector,
+				Slots:                f.slots,
+				SlotTTL:              f.slotTTL,
+				RecoveryDrainTimeout: f.recoveryDrainTimeout,
+				MetricsAddr:          f.metricsAddr,
+				Resync:               f.resync,
+				Client:               client,
+				Metadata:             md,
+				Host:                 h,
+				Clock:                host.ClockOf(h),
+				Recorder:             rec,
+				Log:                  log,
 			})
 			if err != nil {
 				return err
@@ -151,6 +153,7 @@ func newRun(opts *cli.GlobalOptions) *cobra.Command {
 	fs.StringVar(&f.metricsAddr, "metrics-addr", "", "address of the Prometheus /metrics endpoint, such as :9402; empty turns it off")
 	fs.StringVar(&f.hostRoot, "host-root", "/", "where the host's root filesystem is mounted")
 	fs.DurationVar(&f.issueTimeout, "reboot-command-timeout", 5*time.Minute, "after the reboot command returns, how long the machine may stay up before the attempt counts as failed")
+	fs.DurationVar(&f.recoveryDrainTimeout, "recovery-drain-timeout", reboot.DefaultRecoveryDrainTimeout, "before a recovery reboot, wait at most this long for the wedged node's NPU pods to terminate, then reboot anyway, naming the pods left terminating in a RecoveryDrainTimedOut event (never longer than half of --slot-ttl)")
 	fs.DurationVar(&f.resync, "resync", 5*time.Minute, "re-evaluate the node this often even without a change")
 	_ = cmd.MarkFlagRequired("node-name")
 	_ = cmd.MarkFlagRequired("namespace")

@@ -109,6 +109,10 @@ const (
 	EventRebootPending EventReason = "RebootPending"
 	// EventRebooting is emitted right before the reboot command.
 	EventRebooting EventReason = "Rebooting"
+	// EventRecoveryDrainTimedOut: a recovery drain ran out of time with NPU
+	// pods still terminating (stuck on the wedged chip); the message names
+	// them, and the reboot goes ahead.
+	EventRecoveryDrainTimedOut EventReason = "RecoveryDrainTimedOut"
 	// EventEvictionBlocked: the API server refused an eviction (a
 	// PodDisruptionBudget); the message names the pod and the budget.
 	EventEvictionBlocked EventReason = "EvictionBlocked"

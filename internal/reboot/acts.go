@@ -47,14 +47,22 @@ func (a *Agent) reboot(ctx context.Context, node *corev1.Node, act Action) (time
 		return time.Second, nil
 	}
 	if act.Drain {
-		timeout := min(5*time.Minute, a.cfg.SlotTTL/2)
+		// Never longer than half the slot's TTL: the slot taken for this
+		// reboot must not expire while the drain waits.
+		timeout := min(a.cfg.RecoveryDrainTimeout, a.cfg.SlotTTL/2)
 		a.cfg.Log.Infof("evicting NPU pods (timeout %s)", timeout)
 		out := a.cfg.Log.WithField("step", "evict").Writer()
-		err := EvictNPUPods(ctx, a.cfg.Client, node.Name, timeout, out)
+		left, err := EvictNPUPods(ctx, a.cfg.Client, node.Name, timeout, out)
 		_ = out.Close()
 		if err != nil {
 			a.fail(ctx, node, act.Reason, err)
 			return a.retryAt.Sub(a.cfg.Clock.Now()), nil
+		}
+		if len(left) > 0 {
+			msg := fmt.Sprintf("recovery of node %s: NPU pod(s) %s still terminating after %s (--recovery-drain-timeout, recoveryPolicy.drainTimeoutSeconds), most likely stuck on the wedged chip; rebooting anyway, which ends them",
+				node.Name, strings.Join(left, ", "), timeout)
+			a.cfg.Log.WithField("pods", left).Warn(msg)
+			a.cfg.Recorder.Node(node, true, contract.EventRecoveryDrainTimedOut, "%s", msg)
 		}
 	}
 	if act.Record {

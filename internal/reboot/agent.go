@@ -47,6 +47,9 @@ type Config struct {
 	NPUNodeSelector labels.Selector
 	Slots           int
 	SlotTTL         time.Duration
+	// RecoveryDrainTimeout bounds the wait for the NPU pods of a wedged
+	// node before its recovery reboot (0: DefaultRecoveryDrainTimeout).
+	RecoveryDrainTimeout time.Duration
 	// MetricsAddr serves /metrics; "" turns it off.
 	MetricsAddr string
 	// Resync re-evaluates the node this often even without a change.
@@ -114,6 +117,12 @@ func New(cfg Config) (*Agent, error) {
 	}
 	if cfg.Resync <= 0 {
 		cfg.Resync = 5 * time.Minute
+	}
+	if cfg.RecoveryDrainTimeout < 0 {
+		return nil, fmt.Errorf("rebooter: --recovery-drain-timeout %s must not be negative (recoveryPolicy.drainTimeoutSeconds)", cfg.RecoveryDrainTimeout)
+	}
+	if cfg.RecoveryDrainTimeout == 0 {
+		cfg.RecoveryDrainTimeout = DefaultRecoveryDrainTimeout
 	}
 	if cfg.Clock == nil {
 		cfg.Clock = clock.RealClock{}
