@@ -79,7 +79,6 @@ func (f *fleet) watchArg(ctx context.Context, arg string) {
 	}
 }
 
-
 func containerArgs(p *corev1.Pod, name string) []string {
 	for _, c := range p.Spec.Containers {
 		if c.Name == name {
