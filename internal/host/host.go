@@ -72,6 +72,9 @@ type ExitError struct {
 	Command string
 	Code    int
 	Output  []byte
+	// Stderr is the command's standard error, where the dynamic loader
+	// reports a missing library.
+	Stderr []byte
 }
 
 func (e *ExitError) Error() string {

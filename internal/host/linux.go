@@ -1,7 +1,6 @@
 package host
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -14,17 +13,22 @@ import (
 )
 
 // Linux is the Host of a real node. The agent runs in a container with the
-// host's root filesystem mounted at Root and, for RebootSystemd, the host's
-// D-Bus system bus socket mounted at DBusSocket.
+// host's root filesystem mounted at Root (the chart mounts it at /host) and
+// every host path (driver tree, npu-smi, markers) is resolved under Root.
 type Linux struct {
 	// Root is where the host's / is mounted in this container ("/" when the
 	// agent runs directly on the host).
 	Root string
-	// NPUSMIPath is the npu-smi binary, resolved under Root.
-	NPUSMIPath string
-	// DriverVersionFile is the version the loaded kernel module reports,
-	// resolved under Root; absent when no driver is loaded.
-	DriverVersionFile string
+	// NPUSMIBinary is the --npu-smi flag: npu-smi as a host path; empty
+	// searches NPUSMIPaths, then <DriverRoot>/tools/npu-smi.
+	NPUSMIBinary string
+	// DriverRoot is the driver tree as a host path (driver.hostDriverPath);
+	// empty means DefaultDriverRoot.
+	DriverRoot string
+	// Run runs host programs (npu-smi); nil means ExecRunner. The
+	// simulated host hands in one that answers from its state, so the
+	// path and environment logic above it is the production one.
+	Run Runner
 	// DBusSocket is the host's D-Bus system bus socket as this process
 	// reaches it (not resolved under Root); RebootSystemd talks to the
 	// host's systemd through it.
@@ -32,6 +36,9 @@ type Linux struct {
 	// SystemdTimeout bounds a RebootSystemd request: connecting to the bus
 	// and systemd's answer. Zero means DefaultSystemdTimeout.
 	SystemdTimeout time.Duration
+	// Sysrq is how RebootSysrq reaches the kernel; nil means the real
+	// sync(2) and /proc files.
+	Sysrq *Sysrq
 }
 
 // NewLinux returns the Host of the machine this process runs on, with the
@@ -40,7 +47,7 @@ func NewLinux(root string) *Linux {
 	if root == "" {
 		root = "/"
 	}
-	return &Linux{Root: root, NPUSMIPath: "/usr/local/bin/npu-smi", DriverVersionFile: "/sys/module/drv_davinci_host/version", DBusSocket: DefaultDBusSocket}
+	return &Linux{Root: root, DriverRoot: DefaultDriverRoot, DBusSocket: DefaultDBusSocket}
 }
 
 func (l *Linux) Path(hostPath string) string { return filepath.Join(l.Root, hostPath) }
@@ -92,45 +99,10 @@ func (l *Linux) Reboot(ctx context.Context, method RebootMethod) error {
 		}
 		return systemdReboot(ctx, socket, l.SystemdTimeout)
 	case RebootSysrq:
-		if err := os.WriteFile("/proc/sys/kernel/sysrq", []byte("1"), 0); err != nil {
-			return fmt.Errorf("enable sysrq: %w", err)
-		}
-		if err := os.WriteFile("/proc/sysrq-trigger", []byte("b"), 0); err != nil {
-			return fmt.Errorf("trigger sysrq reboot: %w", err)
-		}
-		return nil
+		return l.Sysrq.Reboot()
 	default:
 		return fmt.Errorf("unknown reboot method %q", method)
 	}
-}
-
-func (l *Linux) NPUSMI(ctx context.Context, args ...string) ([]byte, error) {
-	cmd := exec.CommandContext(ctx, l.Path(l.NPUSMIPath), args...)
-	var stdout bytes.Buffer
-	cmd.Stdout = &stdout
-	err := cmd.Run()
-	if ctx.Err() != nil {
-		return stdout.Bytes(), fmt.Errorf("npu-smi %s: %w", strings.Join(args, " "), ctx.Err())
-	}
-	var ee *exec.ExitError
-	if errors.As(err, &ee) {
-		return stdout.Bytes(), &ExitError{Command: "npu-smi " + strings.Join(args, " "), Code: ee.ExitCode(), Output: stdout.Bytes()}
-	}
-	if err != nil {
-		return nil, fmt.Errorf("run npu-smi: %w", err)
-	}
-	return stdout.Bytes(), nil
-}
-
-func (l *Linux) LoadedDriver(_ context.Context) (string, error) {
-	b, err := os.ReadFile(l.Path(l.DriverVersionFile))
-	if errors.Is(err, os.ErrNotExist) {
-		return "", nil
-	}
-	if err != nil {
-		return "", fmt.Errorf("read loaded driver version: %w", err)
-	}
-	return strings.TrimSpace(string(b)), nil
 }
 
 // InstallDriver runs the vendor's install command with the version in
