@@ -10,8 +10,9 @@ import (
 	"github.com/godbus/dbus/v5"
 )
 
-// DefaultDBusSocket is where the host's D-Bus system bus listens; the chart
-// mounts the host's socket at the same path in the rebooter's container.
+// DefaultDBusSocket is where the host's D-Bus system bus listens. The chart
+// mounts the host's directory /run/dbus (not the socket file, which a
+// restarted dbus-daemon replaces) at the same path in the rebooter.
 const DefaultDBusSocket = "/run/dbus/system_bus_socket"
 
 // DefaultSystemdTimeout bounds connecting to the system bus and systemd's
@@ -54,7 +55,7 @@ func systemdReboot(ctx context.Context, socket string, timeout time.Duration) er
 		return fmt.Errorf("reboot through systemd: %s (D-Bus system bus socket %s, %s): %w; %s", what, socket, call, err, hint)
 	}
 	const (
-		hintSocket = "mount the host's /run/dbus/system_bus_socket into the rebooter (hostPath, type Socket; the chart does with rebooter.method=systemd), point --dbus-socket at it, or use rebooter.method=sysrq"
+		hintSocket = "mount the host's directory /run/dbus into the rebooter (hostPath, type Directory; the chart does with rebooter.method=systemd), point --dbus-socket at its system_bus_socket, or use rebooter.method=sysrq"
 		hintAuth   = "run the rebooter as root (runAsUser: 0), or use rebooter.method=sysrq"
 		hintCall   = "systemd allows StartUnit without polkit only to a root peer with CAP_SYS_ADMIN: run the rebooter as root with capability SYS_ADMIN (the chart's security context for rebooter.method=systemd); check that the host runs systemd; or use rebooter.method=sysrq"
 	)
@@ -62,6 +63,9 @@ func systemdReboot(ctx context.Context, socket string, timeout time.Duration) er
 	var d net.Dialer
 	c, err := d.DialContext(ctx, "unix", socket)
 	if err != nil {
+		if pe := connectRefused(socket, err); pe != nil {
+			return pe
+		}
 		return fail("cannot connect", err, hintSocket)
 	}
 	uc, ok := c.(*net.UnixConn)
@@ -83,6 +87,9 @@ func systemdReboot(ctx context.Context, socket string, timeout time.Duration) er
 		return fail("authentication refused", err, hintAuth)
 	}
 	if err := conn.Hello(); err != nil {
+		if pe := busRefused(socket, "Hello", err); pe != nil {
+			return pe
+		}
 		return fail("bus registration (Hello) failed", err, hintSocket)
 	}
 	var job dbus.ObjectPath
@@ -90,6 +97,9 @@ func systemdReboot(ctx context.Context, socket string, timeout time.Duration) er
 	if reply.Err != nil {
 		var derr dbus.Error
 		if errors.As(reply.Err, &derr) {
+			if pe := busRefused(socket, systemdStartUnit, reply.Err); pe != nil {
+				return pe
+			}
 			err := fmt.Errorf("%s: %w", derr.Name, reply.Err)
 			switch derr.Name {
 			case "org.freedesktop.DBus.Error.ServiceUnknown", "org.freedesktop.DBus.Error.NameHasNoOwner":
