@@ -52,6 +52,8 @@ type runFlags struct {
 	metricsAddr          string
 	hostRoot             string
 	dbusSocket           string
+	rebootAttempts       int
+	fallbackMethod       string
 	issueTimeout, resync time.Duration
 	recoveryDrainTimeout time.Duration
 }
@@ -86,6 +88,15 @@ func newRun(opts *cli.GlobalOptions) *cobra.Command {
 			if err != nil {
 				return fmt.Errorf("--method: %w", err)
 			}
+			if f.rebootAttempts < 1 {
+				return fmt.Errorf("--reboot-attempts %d: must be at least 1 (rebooter.rebootAttempts)", f.rebootAttempts)
+			}
+			var fallback host.RebootMethod
+			if f.fallbackMethod != "none" {
+				if fallback, err = host.ParseRebootMethod(f.fallbackMethod); err != nil {
+					return fmt.Errorf("--fallback-method: %w, or none (rebooter.fallbackMethod)", err)
+				}
+			}
 			linux := host.NewLinux(f.hostRoot)
 			linux.DBusSocket = f.dbusSocket
 			h, err := agenthost.Select(linux)
@@ -115,6 +126,8 @@ func newRun(opts *cli.GlobalOptions) *cobra.Command {
 					IssueTimeout:   f.issueTimeout,
 				},
 				Method:               method,
+				FallbackMethod:       fallback,
+				RebootAttempts:       f.rebootAttempts,
 				NPUNodeSelector:      selector,
 				Slots:                f.slots,
 				SlotTTL:              f.slotTTL,
@@ -141,7 +154,9 @@ func newRun(opts *cli.GlobalOptions) *cobra.Command {
 	fs.StringVar(&f.domain, "label-domain", contract.DefaultDomain, "domain of the node-contract labels and annotations")
 	fs.StringVar(&f.npuSelector, "npu-node-selector", contract.LabelNPUPresent+"=true", "label selector of the NPU nodes, counted by the storm protection")
 	fs.StringVar(&f.method, "method", string(host.RebootSystemd), "reboot method: systemd (clean reboot by the host's systemd over D-Bus; systemctl is an alias) or sysrq (immediate kernel reboot)")
-	fs.StringVar(&f.dbusSocket, "dbus-socket", host.DefaultDBusSocket, "the host's D-Bus system bus socket, for --method=systemd")
+	fs.StringVar(&f.dbusSocket, "dbus-socket", host.DefaultDBusSocket, "the host's D-Bus system bus socket, for --method=systemd (the chart mounts the host's directory /run/dbus, so a restarted dbus-daemon's new socket is seen)")
+	fs.IntVar(&f.rebootAttempts, "reboot-attempts", reboot.DefaultRebootAttempts, "failed attempts of one pending reboot with --method before the rebooter tries --fallback-method, or stops trying and says so in a RebootFailed event")
+	fs.StringVar(&f.fallbackMethod, "fallback-method", "none", "reboot method tried once --method has failed --reboot-attempts times: none or sysrq")
 	fs.BoolVar(&f.autoUpgrade, "auto-upgrade", false, "reboot for reason upgrade without an approve-reboot annotation")
 	fs.BoolVar(&f.autoRecover, "auto-recover", false, "reboot for reason recovery without an approve-reboot annotation")
 	fs.StringVar(&f.maxWedged, "max-wedged-nodes", "10%", "storm protection: automatic recovery pauses while more NPU nodes than this (count or percentage) wait for a recovery reboot")

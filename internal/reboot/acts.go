@@ -13,8 +13,17 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/openfuyao/npu-stack/internal/contract"
+	"github.com/openfuyao/npu-stack/internal/host"
 	"github.com/openfuyao/npu-stack/internal/kube"
 )
+
+// DefaultRebootAttempts is --reboot-attempts' default
+// (rebooter.rebootAttempts).
+const DefaultRebootAttempts = 3
+
+// giveUpFor is the backoff after the last allowed attempt: in effect
+// never, within one rebooter process.
+const giveUpFor = 100 * 365 * 24 * time.Hour
 
 func (a *Agent) acquire(ctx context.Context, node *corev1.Node, act Action, now time.Time) (time.Duration, error) {
 	res, err := a.slots.Acquire(ctx)
@@ -106,10 +115,11 @@ func (a *Agent) reboot(ctx context.Context, node *corev1.Node, act Action) (time
 		}
 		node = fresh
 	}
-	a.cfg.Recorder.Node(node, false, contract.EventRebooting, "rebooting node %s (reason=%s, method %s, boot ID %s)", node.Name, reasonText(act.Reason), a.cfg.Method, a.mustBootID())
-	a.cfg.Log.WithField("method", a.cfg.Method).Info("running the reboot command")
-	if err := a.cfg.Host.Reboot(ctx, a.cfg.Method); err != nil {
-		a.fail(ctx, node, act.Reason, fmt.Errorf("reboot command (--method=%s): %w", a.cfg.Method, err))
+	method := a.method()
+	a.cfg.Recorder.Node(node, false, contract.EventRebooting, "rebooting node %s (reason=%s, method %s, boot ID %s)", node.Name, reasonText(act.Reason), method, a.mustBootID())
+	a.cfg.Log.WithField("method", method).Info("running the reboot command")
+	if err := a.cfg.Host.Reboot(ctx, method); err != nil {
+		a.fail(ctx, node, act.Reason, fmt.Errorf("reboot command (method %s): %w", method, err))
 		return a.retryAt.Sub(a.cfg.Clock.Now()), nil
 	}
 	a.issuedAt = a.cfg.Clock.Now()
@@ -124,18 +134,69 @@ func (a *Agent) mustBootID() string {
 	return id
 }
 
-// fail reports a failed attempt, gives the slot back and backs off.
+// method is the reboot method of the next attempt: --method, and once it
+// has failed --reboot-attempts times, --fallback-method if set.
+func (a *Agent) method() host.RebootMethod {
+	if a.cfg.FallbackMethod != "" && a.failures >= a.cfg.RebootAttempts {
+		return a.cfg.FallbackMethod
+	}
+	return a.cfg.Method
+}
+
+// fail reports a failed attempt, gives the slot back and backs off. After
+// --reboot-attempts failures it tries --fallback-method at once if set;
+// when that fails too, or without one, it stops trying and says so on the
+// node with the fix.
 func (a *Agent) fail(ctx context.Context, node *corev1.Node, reason contract.RebootReason, cause error) {
 	backoff := minBackoff << min(a.failures, 5)
 	backoff = min(backoff, maxBackoff)
+	used := a.method()
 	a.failures++
 	now := a.cfg.Clock.Now()
 	a.retryAt, a.issuedAt = now.Add(backoff), time.Time{}
-	a.cfg.Log.WithError(cause).Warnf("reboot attempt failed; retrying in %s", backoff)
-	a.cfg.Recorder.Node(node, true, contract.EventRebootFailed, "reboot of node %s (reason=%s) failed: %v; slot released, retrying in %s", node.Name, reasonText(reason), cause, backoff)
+	switch {
+	case used != a.method(): // the primary method is spent, the fallback is next
+		a.retryAt = now
+		msg := fmt.Sprintf("reboot of node %s (reason=%s) with --method=%s failed %d times (--reboot-attempts=%d), the last: %v; trying --fallback-method=%s now",
+			node.Name, reasonText(reason), used, a.failures, a.cfg.RebootAttempts, cause, a.method())
+		a.cfg.Log.WithError(cause).Warn(msg)
+		a.cfg.Recorder.Node(node, true, contract.EventRebootFailed, "%s", msg)
+	case a.failures >= a.cfg.RebootAttempts:
+		// Far enough never to come in this process: the decision waits
+		// for the backoff, with the slot released; a restarted rebooter
+		// (its memory gone) tries again.
+		a.retryAt = now.Add(giveUpFor)
+		msg := a.giveUpMessage(node, reason, used, cause)
+		a.cfg.Log.WithError(cause).Error(msg)
+		a.cfg.Recorder.Node(node, true, contract.EventRebootFailed, "%s", msg)
+	default:
+		a.cfg.Log.WithError(cause).Warnf("reboot attempt %d of %d failed; retrying in %s", a.failures, a.cfg.RebootAttempts, backoff)
+		a.cfg.Recorder.Node(node, true, contract.EventRebootFailed, "reboot of node %s (reason=%s) failed (attempt %d of %d): %v; slot released, retrying in %s",
+			node.Name, reasonText(reason), a.failures, a.cfg.RebootAttempts, cause, backoff)
+	}
 	if err := a.slots.Release(ctx); err != nil {
 		a.cfg.Log.WithError(err).Warn("release the reboot slot after a failure")
 	}
+}
+
+// giveUpMessage names the node, what failed, the fix and the node's
+// cordon, which stays: a node wanting a reboot it cannot get must not take
+// new work silently, nor stay cordoned without a word.
+func (a *Agent) giveUpMessage(node *corev1.Node, reason contract.RebootReason, used host.RebootMethod, cause error) string {
+	fix := "fix the cause above (see docs/troubleshooting.md)"
+	if pe, ok := host.IsProblem(cause); ok && pe.Fix != "" {
+		fix = pe.Fix
+	}
+	cordon := ""
+	if node.Spec.Unschedulable {
+		cordon = fmt.Sprintf(" Node %s stays cordoned while its reboot is pending; `kubectl uncordon %s` lets it take pods again without the reboot.", node.Name, node.Name)
+	}
+	tried := fmt.Sprintf("--method=%s failed %d times (--reboot-attempts=%d)", a.cfg.Method, a.cfg.RebootAttempts, a.cfg.RebootAttempts)
+	if used != a.cfg.Method {
+		tried += fmt.Sprintf(", then --fallback-method=%s failed", used)
+	}
+	return fmt.Sprintf("reboot of node %s (reason=%s): %s; the rebooter stops trying. Last error: %v. Fix: %s; then delete the npu-rebooter pod on node %s (kubectl -n %s delete pod -l app.kubernetes.io/component=rebooter --field-selector spec.nodeName=%s) to try again.%s",
+		node.Name, reasonText(reason), tried, cause, fix, node.Name, a.cfg.Namespace, node.Name, cordon)
 }
 
 func (a *Agent) complete(ctx context.Context, node *corev1.Node, act Action) (time.Duration, error) {

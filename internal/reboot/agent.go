@@ -43,6 +43,14 @@ type Config struct {
 	Namespace string // of the slot Leases
 	Policy    Policy
 	Method    host.RebootMethod
+	// RebootAttempts bounds the failed attempts of one pending reboot
+	// with Method (0 = DefaultRebootAttempts); then FallbackMethod gets
+	// one attempt if set, and the agent stops trying and says so.
+	RebootAttempts int
+	// FallbackMethod ("" or "none" = none) is tried once Method has failed
+	// RebootAttempts times: sysrq where AppArmor or SELinux keep systemd's
+	// bus out of reach.
+	FallbackMethod host.RebootMethod
 	// NPUNodeSelector selects the NPU nodes the storm protection counts.
 	NPUNodeSelector labels.Selector
 	Slots           int
@@ -111,6 +119,19 @@ func New(cfg Config) (*Agent, error) {
 	}
 	if _, err := host.ParseRebootMethod(string(cfg.Method)); err != nil {
 		return nil, fmt.Errorf("rebooter: --method: %w", err)
+	}
+	if cfg.FallbackMethod == "none" {
+		cfg.FallbackMethod = ""
+	}
+	if cfg.FallbackMethod != "" {
+		m, err := host.ParseRebootMethod(string(cfg.FallbackMethod))
+		if err != nil {
+			return nil, fmt.Errorf("rebooter: --fallback-method: %w", err)
+		}
+		cfg.FallbackMethod = m
+	}
+	if cfg.RebootAttempts <= 0 {
+		cfg.RebootAttempts = DefaultRebootAttempts
 	}
 	if cfg.Policy.IssueTimeout <= 0 {
 		cfg.Policy.IssueTimeout = 5 * time.Minute
