@@ -15,7 +15,7 @@ export NPU_STACK_ENGINES_DIR := $(ENGINES_DIR)
 # sequential on small machines.
 TEST_FLAGS ?= -count=1 -p 1 -timeout 45m
 
-.PHONY: all build test unit fuzz bench lint controlplane engines demo cluster cluster-down clean help images chart
+.PHONY: all build check test unit fuzz bench lint controlplane engines demo cluster cluster-down clean help images chart
 
 all: build
 
@@ -71,6 +71,12 @@ engines: ## build the deployers the tests drive (helm v3/v4, helmfile, Flux helm
 
 test: controlplane engines ## run every test (unit and integration on the local control plane)
 	$(GO) test $(TEST_FLAGS) ./...
+
+# The fast loop: what needs no control plane (lint, the unit tests and the
+# chart's render and schema tests; -short skips the chart tests that need
+# the API server, which make test runs).
+check: lint ## lint, unit and chart tests, no control plane (a few minutes)
+	$(GO) test -short -count=1 ./internal/... ./cmd/... ./tests/chart/
 
 unit: ## run the tests that need no control plane
 	$(GO) test -short ./internal/... ./cmd/...

@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/openfuyao/npu-stack/tests/testbed"
 )
 
 // ourBinaries are the images/commands of npu-stack itself; every argument
@@ -38,6 +40,7 @@ func binaryOf(c map[string]any) string {
 // (with --help appended, so nothing runs): a renamed or mistyped flag in
 // either the chart or a binary fails here, not on a cluster.
 func TestChartArgumentsParse(t *testing.T) {
+	testbed.NeedEnv(t, env)
 	checked := map[string]bool{}
 	for _, v := range variants() {
 		r := mustRender(t, v)

@@ -30,7 +30,7 @@ import (
 
 var env *testbed.Env
 
-func TestMain(m *testing.M) { os.Exit(testbed.Main(m, &env)) }
+func TestMain(m *testing.M) { os.Exit(testbed.MainUnlessShort(m, &env)) }
 
 // serviceMonitorCRD is a minimal stand-in for the Prometheus operator's
 // CRD, so the API server can dry-run our ServiceMonitor.
@@ -105,6 +105,7 @@ func waitEstablished(t *testing.T, ctx context.Context, client apiextensionsclie
 // real API server (schema, defaulting and admission) in a server-side
 // dry-run create.
 func TestEveryVariantIsAcceptedByTheAPIServer(t *testing.T) {
+	testbed.NeedEnv(t, env)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	if _, err := env.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "npu-operator"}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
@@ -149,6 +150,7 @@ func TestEveryVariantIsAcceptedByTheAPIServer(t *testing.T) {
 // the API server enforces: the same rule with an operator NFD does not
 // know is refused.
 func TestNodeFeatureRuleMatchesNFDSchema(t *testing.T) {
+	testbed.NeedEnv(t, env)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	installNFDCRD(t, ctx)
@@ -180,6 +182,7 @@ func TestNodeFeatureRuleMatchesNFDSchema(t *testing.T) {
 // The Helm SDK's lint (what `helm lint --strict` runs) passes with no
 // warning, for the defaults and every variant of the matrix.
 func TestHelmLintHasNoWarnings(t *testing.T) {
+	testbed.NeedEnv(t, env)
 	path := filepath.Join("..", "..", "charts", "npu-stack")
 	for _, v := range variants() {
 		lint := action.NewLint()

@@ -3,6 +3,7 @@ package testbed
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"maps"
 	"os"
@@ -226,6 +227,27 @@ func (e *Env) Stop() error {
 
 // Main is the body of a TestMain: it starts one Env for the whole test
 // binary, runs the tests and always stops the Env, also when tests fail.
+// MainUnlessShort is Main for a package most of whose tests need no
+// control plane (the chart's render and schema tests): under -short (make
+// check) it runs them without starting one, and the tests that need it
+// skip through NeedEnv; make test runs them all.
+func MainUnlessShort(m *testing.M, env **Env) int {
+	flag.Parse()
+	if testing.Short() {
+		return m.Run()
+	}
+	return Main(m, env)
+}
+
+// NeedEnv skips t when its package started no control plane (-short,
+// make check); make test, which runs every test, always starts one.
+func NeedEnv(t testing.TB, env *Env) {
+	t.Helper()
+	if env == nil {
+		t.Skip("needs the local control plane, not started under -short (make check); make test runs it")
+	}
+}
+
 func Main(m *testing.M, env **Env) int {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	e, err := NewEnv(ctx, Options{})
