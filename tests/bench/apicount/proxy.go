@@ -126,9 +126,11 @@ func Start(upstream *rest.Config) (*Proxy, error) {
 func (p *Proxy) URL() string { return "http://" + p.ln.Addr().String() }
 
 // WriteKubeconfig writes a kubeconfig that points at the proxy.
-func (p *Proxy) WriteKubeconfig(path string) error {
+func (p *Proxy) WriteKubeconfig(path string) error { return writeKubeconfig(p.URL(), path) }
+
+func writeKubeconfig(server, path string) error {
 	kc := clientcmdapi.NewConfig()
-	kc.Clusters["bench"] = &clientcmdapi.Cluster{Server: p.URL()}
+	kc.Clusters["bench"] = &clientcmdapi.Cluster{Server: server}
 	kc.AuthInfos["bench"] = &clientcmdapi.AuthInfo{}
 	kc.Contexts["bench"] = &clientcmdapi.Context{Cluster: "bench", AuthInfo: "bench"}
 	kc.CurrentContext = "bench"

@@ -39,10 +39,10 @@ const (
 
 // Policy is the upgrade policy the controller hands to ApplyState: GPU
 // Operator's defaults (autoUpgrade on; no job wait; pod deletion not
-// forced, 300 s, no emptyDir; drain off, 300 s) with the scenario's
-// parallelism and unavailability, and the drain selector amended as the
-// controller amends it on every reconcile.
-func Policy(maxParallel int, maxUnavailable string) (*v1alpha1.DriverUpgradePolicySpec, error) {
+// forced, 300 s, no emptyDir; drain off, 300 s; the timeouts as t scales
+// them) with the scenario's parallelism and unavailability, and the drain
+// selector amended as the controller amends it on every reconcile.
+func Policy(maxParallel int, maxUnavailable string, t Timers) (*v1alpha1.DriverUpgradePolicySpec, error) {
 	if maxParallel < 0 {
 		return nil, fmt.Errorf("maxParallelUpgrades %d: want 0 (unlimited) or more", maxParallel)
 	}
@@ -55,9 +55,9 @@ func Policy(maxParallel int, maxUnavailable string) (*v1alpha1.DriverUpgradePoli
 		MaxParallelUpgrades: maxParallel,
 		MaxUnavailable:      &mu,
 		WaitForCompletion:   &v1alpha1.WaitForCompletionSpec{PodSelector: "", TimeoutSecond: 0},
-		PodDeletion:         &v1alpha1.PodDeletionSpec{Force: false, TimeoutSecond: 300, DeleteEmptyDir: false},
+		PodDeletion:         &v1alpha1.PodDeletionSpec{Force: false, TimeoutSecond: t.PodDeletionTimeout, DeleteEmptyDir: false},
 		DrainSpec: &v1alpha1.DrainSpec{Enable: false, Force: false, PodSelector: skipDrainSelector,
-			TimeoutSecond: 300, DeleteEmptyDir: false},
+			TimeoutSecond: t.DrainTimeout, DeleteEmptyDir: false},
 	}, nil
 }
 

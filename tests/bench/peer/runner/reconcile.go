@@ -21,13 +21,14 @@ type reconciler struct {
 	namespace string
 	labels    map[string]string
 	policy    *v1alpha1.DriverUpgradePolicySpec
+	requeue   time.Duration
 	trace     *tracer
 	log       logr.Logger
 }
 
 // Reconcile is GPU Operator's ClusterPolicy path: build the state, apply
-// it with the policy, requeue after PlannedRequeue; an error is retried
-// by the rate limiter instead.
+// it with the policy, requeue after the (scaled) planned requeue; an error
+// is retried by the rate limiter instead.
 func (r *reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result, error) {
 	rec := r.trace.begin()
 	states, err := r.reconcile(ctx)
@@ -35,7 +36,7 @@ func (r *reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	return ctrl.Result{RequeueAfter: PlannedRequeue}, nil
+	return ctrl.Result{RequeueAfter: r.requeue}, nil
 }
 
 func (r *reconciler) reconcile(ctx context.Context) (map[string]int, error) {

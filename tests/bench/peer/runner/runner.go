@@ -5,7 +5,8 @@
 // reconcile at a time of a single request, enqueued by Node changes of the
 // library's upgrade-state or skip label and by driver DaemonSet generation
 // changes, each reconcile building the cluster state and applying it with
-// the policy, then requeued after two minutes.
+// the policy, then requeued after two minutes (times the fleet's time
+// scale, as every other timer of the controller).
 package runner
 
 import (
@@ -35,7 +36,10 @@ import (
 	"github.com/NVIDIA/k8s-operator-libs/pkg/upgrade"
 )
 
-// GPU Operator's controller settings.
+// GPU Operator's controller settings, unscaled (gpu-operator
+// controllers/upgrade_controller.go plannedRequeueInterval;
+// controllers/clusterpolicy_controller.go minDelayCR and maxDelayCR, the
+// upgrade controller's rate limiter).
 const (
 	// PlannedRequeue is the reconcile's result: "node/ds/clusterpolicy
 	// updates from outside of the upgrade flow are not guaranteed", so it
@@ -62,6 +66,11 @@ type Config struct {
 	// rest of the policy is GPU Operator's default.
 	MaxParallelUpgrades int
 	MaxUnavailable      string
+	// TimeScale is the fleet's time scale (simulated seconds per real
+	// second: 1 runs in real time, 1/30 compresses a 10-minute node
+	// upgrade into 20 s); every timer of the controller and every timeout
+	// of the policy is multiplied by it (see Timers).
+	TimeScale float64
 	// Trace receives one JSON line per reconcile.
 	Trace io.Writer
 	Log   logr.Logger
@@ -69,7 +78,11 @@ type Config struct {
 
 // Run starts the manager and blocks until ctx ends.
 func Run(ctx context.Context, rc *rest.Config, cfg Config) error {
-	policy, err := Policy(cfg.MaxParallelUpgrades, cfg.MaxUnavailable)
+	timers, err := ScaledTimers(cfg.TimeScale)
+	if err != nil {
+		return err
+	}
+	policy, err := Policy(cfg.MaxParallelUpgrades, cfg.MaxUnavailable, timers)
 	if err != nil {
 		return err
 	}
@@ -98,8 +111,9 @@ func Run(ctx context.Context, rc *rest.Config, cfg Config) error {
 		return fmt.Errorf("upgrade state manager: %w", err)
 	}
 	sm = sm.WithPodDeletionEnabled(deletionFilter).WithValidationEnabled(cfg.ValidatorSelector).WithRestartOnlyPredicate(restartOnly)
-	r := &reconciler{sm: sm, namespace: cfg.Namespace, labels: cfg.DriverLabels, policy: policy, trace: newTracer(cfg.Trace), log: log}
-	if err := r.watch(mgr); err != nil {
+	r := &reconciler{sm: sm, namespace: cfg.Namespace, labels: cfg.DriverLabels, policy: policy, requeue: timers.PlannedRequeue,
+		trace: newTracer(cfg.Trace), log: log}
+	if err := r.watch(mgr, timers); err != nil {
 		return err
 	}
 	if err := mgr.Start(ctx); err != nil {
@@ -111,9 +125,9 @@ func Run(ctx context.Context, rc *rest.Config, cfg Config) error {
 // watch sets up the controller as GPU Operator's SetupWithManager does
 // for the objects this fleet has (no ClusterPolicy or NVIDIADriver
 // resources: the policy is fixed for the run).
-func (r *reconciler) watch(mgr ctrl.Manager) error {
+func (r *reconciler) watch(mgr ctrl.Manager, t Timers) error {
 	c, err := controller.New("upgrade-controller", mgr, controller.Options{Reconciler: r, MaxConcurrentReconciles: 1,
-		RateLimiter: workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](minDelay, maxDelay)})
+		RateLimiter: workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](t.MinRetry, t.MaxRetry)})
 	if err != nil {
 		return fmt.Errorf("upgrade controller: %w", err)
 	}

@@ -26,6 +26,7 @@ func main() {
 	flag.StringVar(&cfg.DriverName, "driver-name", runner.DefaultDriverName, "the library's driver name (its label keys)")
 	flag.IntVar(&cfg.MaxParallelUpgrades, "max-parallel-upgrades", runner.DefaultMaxParallelUpgrades, "maxParallelUpgrades (0 = unlimited)")
 	flag.StringVar(&cfg.MaxUnavailable, "max-unavailable", runner.DefaultMaxUnavailable, "maxUnavailable, a number or a percentage")
+	flag.Float64Var(&cfg.TimeScale, "time-scale", 1, "the fleet's time scale (1 = real time, 0.0333 = 1:30): the planned requeue, retry bounds and policy timeouts are multiplied by it")
 	// GPU Operator's logging: zap, production settings, stack traces only on panics.
 	opts := zap.Options{StacktraceLevel: zapcore.PanicLevel}
 	opts.BindFlags(flag.CommandLine)
