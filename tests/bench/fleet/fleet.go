@@ -133,10 +133,10 @@ type Sim struct {
 	mu       sync.Mutex
 	timing   Timing
 	machines map[string]*machine
+	beat     *Heartbeat
 
 	reboots, loads, writes, conflicts, errs, restarts atomic.Int64
 	reasserts                                         atomic.Int64
-	beatLag                                           atomic.Int64 // nanoseconds
 }
 
 // machine is one node's host plus the memory of its agent processes.
@@ -196,6 +196,8 @@ func New(cfg Config) *Sim {
 	podF := informers.NewSharedInformerFactoryWithOptions(cfg.Client, 0, informers.WithNamespace(cfg.Namespace))
 	ni, pi := nodeF.Core().V1().Nodes(), podF.Core().V1().Pods()
 	s.nodes = ni.Lister()
+	s.beat = NewHeartbeat(HeartbeatConfig{Client: cfg.Client, Every: cfg.HeartbeatEvery, Clock: cfg.Clock, Log: cfg.Log,
+		Nodes: func() []*corev1.Node { ns, _ := s.nodes.List(labels.Everything()); return ns }})
 	_ = pi.Informer().AddIndexers(cache.Indexers{byNode: func(obj any) ([]string, error) {
 		return []string{obj.(*corev1.Pod).Spec.NodeName}, nil
 	}})
@@ -245,8 +247,8 @@ func (s *Sim) getTiming() Timing {
 // Stats returns the counters so far.
 func (s *Sim) Stats() Stats {
 	return Stats{Reboots: s.reboots.Load(), DriverLoads: s.loads.Load(), Writes: s.writes.Load(),
-		Conflicts: s.conflicts.Load(), Errors: s.errs.Load(), PodRestarts: s.restarts.Load(),
-		ReadyReasserts: s.reasserts.Load(), HeartbeatMaxLag: time.Duration(s.beatLag.Load())}
+		Conflicts: s.conflicts.Load(), Errors: s.errs.Load() + s.beat.Errors(), PodRestarts: s.restarts.Load(),
+		ReadyReasserts: s.reasserts.Load(), HeartbeatMaxLag: s.beat.MaxLag()}
 }
 
 // Run plays the fleet until ctx ends; it returns once the informers are
@@ -265,7 +267,7 @@ func (s *Sim) Run(ctx context.Context) error {
 	for i := 0; i < s.cfg.Workers; i++ {
 		go s.work(ctx)
 	}
-	go s.heartbeats(ctx)
+	go s.beat.Run(ctx)
 	return nil
 }
 

@@ -5,14 +5,17 @@ import (
 	"fmt"
 	"hash/fnv"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	"github.com/sirupsen/logrus"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 )
 
@@ -37,33 +40,65 @@ const (
 	renewParallel = 32
 )
 
-// heartbeats renews each node's Lease once per HeartbeatEvery, spread
+// HeartbeatConfig renews the Leases of a set of nodes.
+type HeartbeatConfig struct {
+	Client kubernetes.Interface
+	// Every is the renewal period of each node (at least renewTick).
+	Every time.Duration
+	Clock clock.WithTicker
+	// Nodes lists the nodes to renew now (a lister's view: a node added
+	// later is renewed from its bucket's next turn).
+	Nodes func() []*corev1.Node
+	Log   logrus.FieldLogger
+}
+
+// Heartbeat renews node Leases as kubelets do; the fleet simulator runs
+// one for its NPU nodes, and a fleet of other nodes (the peer's, apart
+// from npu-stack's) runs its own.
+type Heartbeat struct {
+	cfg  HeartbeatConfig
+	lag  atomic.Int64 // nanoseconds
+	errs atomic.Int64
+}
+
+// NewHeartbeat returns a Heartbeat; Run starts it.
+func NewHeartbeat(cfg HeartbeatConfig) *Heartbeat {
+	cfg.Every = max(cfg.Every, renewTick)
+	return &Heartbeat{cfg: cfg}
+}
+
+// MaxLag is the latest a bucket of Leases was renewed so far.
+func (h *Heartbeat) MaxLag() time.Duration { return time.Duration(h.lag.Load()) }
+
+// Errors are the renewals that failed so far.
+func (h *Heartbeat) Errors() int64 { return h.errs.Load() }
+
+// Run renews each node's Lease once per Every until ctx ends, spread
 // over the period by a hash of the node name so that the writes are even.
 // A slow API server delays a bucket but never skips it (a ticker drops
 // the ticks its reader misses): every bucket due by now is renewed, all
 // of them in one batch. Renewing them one after the other, a bucket of a
 // few nodes per round trip, falls behind for good once the round trip
 // grows past the tick under load.
-func (s *Sim) heartbeats(ctx context.Context) {
-	buckets := int(s.cfg.HeartbeatEvery / renewTick)
-	t := s.cfg.Clock.NewTicker(renewTick)
+func (h *Heartbeat) Run(ctx context.Context) {
+	buckets := int(h.cfg.Every / renewTick)
+	t := h.cfg.Clock.NewTicker(renewTick)
 	defer t.Stop()
-	start := s.cfg.Clock.Now()
+	start := h.cfg.Clock.Now()
 	// The bucket of each node, computed once; a node keeps its bucket, so
 	// two renewals are a period apart, and a new node is picked up at its
 	// bucket's next turn.
 	bucketOf := map[string]int{}
 	for done := 0; ; {
-		if target := int(s.cfg.Clock.Since(start)/renewTick) + 1; done < target {
-			nodes, _ := s.nodes.List(labels.Everything())
-			s.renewAll(ctx, dueNodes(nodes, bucketOf, buckets, done, target))
+		if target := int(h.cfg.Clock.Since(start)/renewTick) + 1; done < target {
+			h.renewAll(ctx, dueNodes(h.cfg.Nodes(), bucketOf, buckets, done, target))
 			// How late the batch's oldest bucket was renewed: the figure to
 			// compare with the grace period when the node lifecycle
 			// controller marks pods NotReady.
-			lag := s.cfg.Clock.Since(start) - time.Duration(done+1)*renewTick
+			lag := h.cfg.Clock.Since(start) - time.Duration(done+1)*renewTick
 			for {
-				old := s.beatLag.Load()
-				if int64(lag) <= old || s.beatLag.CompareAndSwap(old, int64(lag)) {
+				old := h.lag.Load()
+				if int64(lag) <= old || h.lag.CompareAndSwap(old, int64(lag)) {
 					break
 				}
 			}
@@ -99,7 +134,7 @@ func dueNodes(nodes []*corev1.Node, bucketOf map[string]int, buckets, from, to i
 }
 
 // renewAll renews the leases of nodes, renewParallel at once.
-func (s *Sim) renewAll(ctx context.Context, nodes []*corev1.Node) {
+func (h *Heartbeat) renewAll(ctx context.Context, nodes []*corev1.Node) {
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, renewParallel)
 	for _, n := range nodes {
@@ -108,9 +143,9 @@ func (s *Sim) renewAll(ctx context.Context, nodes []*corev1.Node) {
 		go func(n *corev1.Node) {
 			defer wg.Done()
 			defer func() { <-sem }()
-			if err := s.renew(ctx, n); err != nil && ctx.Err() == nil {
-				s.errs.Add(1)
-				s.cfg.Log.WithError(err).Debug("node heartbeat")
+			if err := h.renew(ctx, n); err != nil && ctx.Err() == nil {
+				h.errs.Add(1)
+				h.cfg.Log.WithError(err).Debug("node heartbeat")
 			}
 		}(n)
 	}
@@ -123,10 +158,10 @@ func bucket(name string, n uint32) uint32 {
 	return h.Sum32() % n
 }
 
-func (s *Sim) renew(ctx context.Context, n *corev1.Node) error {
-	now := metav1.NewMicroTime(s.cfg.Clock.Now())
+func (h *Heartbeat) renew(ctx context.Context, n *corev1.Node) error {
+	now := metav1.NewMicroTime(h.cfg.Clock.Now())
 	body := fmt.Sprintf(`{"spec":{"renewTime":%q}}`, now.UTC().Format(metav1.RFC3339Micro))
-	leases := s.cfg.Client.CoordinationV1().Leases(leaseNamespace)
+	leases := h.cfg.Client.CoordinationV1().Leases(leaseNamespace)
 	_, err := leases.Patch(ctx, n.Name, types.MergePatchType, []byte(body), metav1.PatchOptions{})
 	if !apierrors.IsNotFound(err) {
 		return err
@@ -135,7 +170,7 @@ func (s *Sim) renew(ctx context.Context, n *corev1.Node) error {
 		ObjectMeta: metav1.ObjectMeta{Name: n.Name, Namespace: leaseNamespace, OwnerReferences: []metav1.OwnerReference{{
 			APIVersion: "v1", Kind: "Node", Name: n.Name, UID: n.UID,
 		}}},
-		Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(n.Name), LeaseDurationSeconds: ptr.To(int32(2 * s.cfg.HeartbeatEvery / time.Second)), RenewTime: &now},
+		Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(n.Name), LeaseDurationSeconds: ptr.To(int32(2 * h.cfg.Every / time.Second)), RenewTime: &now},
 	}, metav1.CreateOptions{})
 	if err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("create the heartbeat lease of node %s: %w", n.Name, err)

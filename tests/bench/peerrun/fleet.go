@@ -14,9 +14,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/utils/clock"
 
+	"github.com/openfuyao/npu-stack/tests/bench/fleet"
 	"github.com/openfuyao/npu-stack/tests/testbed"
 )
 
@@ -41,7 +44,11 @@ type FleetConfig struct {
 	// NodeSelector selects the accelerator nodes, Nodes how many.
 	NodeSelector labels.Selector
 	Nodes        int
-	Log          logrus.FieldLogger
+	// HeartbeatEvery, if set, makes the fleet renew its nodes' Leases
+	// itself, as kubelets do: the peer's nodes are a fleet apart from
+	// npu-stack's, whose simulator renews only the NPU nodes'.
+	HeartbeatEvery time.Duration
+	Log            logrus.FieldLogger
 }
 
 // Fleet is the peer's DaemonSets on every node, and the simulated node
@@ -49,6 +56,7 @@ type FleetConfig struct {
 type Fleet struct {
 	cfg  FleetConfig
 	sim  *nodeSim
+	beat *fleet.Heartbeat
 	stop context.CancelFunc
 }
 
@@ -68,6 +76,12 @@ func Install(ctx context.Context, cfg FleetConfig, version string) (*Fleet, erro
 		stop()
 		return nil, err
 	}
+	if cfg.HeartbeatEvery > 0 {
+		if err := f.startHeartbeat(runCtx); err != nil {
+			stop()
+			return nil, err
+		}
+	}
 	for _, ds := range []*appsv1.DaemonSet{f.daemonSet(driverApp, version), f.daemonSet(validatorApp, "")} {
 		if _, err := c.AppsV1().DaemonSets(cfg.Namespace).Create(ctx, ds, metav1.CreateOptions{}); err != nil {
 			f.Close()
@@ -79,6 +93,33 @@ func Install(ctx context.Context, cfg FleetConfig, version string) (*Fleet, erro
 		return nil, err
 	}
 	return f, nil
+}
+
+// startHeartbeat renews the Leases of the fleet's nodes.
+func (f *Fleet) startHeartbeat(ctx context.Context) error {
+	nf := informers.NewSharedInformerFactoryWithOptions(f.cfg.Client, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+		o.LabelSelector = f.cfg.NodeSelector.String()
+	}))
+	ni := nf.Core().V1().Nodes()
+	lister := ni.Lister()
+	_ = ni.Informer()
+	nf.Start(ctx.Done())
+	if !cache.WaitForCacheSync(ctx.Done(), ni.Informer().HasSynced) {
+		return fmt.Errorf("peer fleet heartbeat: node informer did not sync: %w", ctx.Err())
+	}
+	f.beat = fleet.NewHeartbeat(fleet.HeartbeatConfig{Client: f.cfg.Client, Every: f.cfg.HeartbeatEvery, Clock: clock.RealClock{}, Log: f.cfg.Log,
+		Nodes: func() []*corev1.Node { ns, _ := lister.List(labels.Everything()); return ns }})
+	go f.beat.Run(ctx)
+	return nil
+}
+
+// HeartbeatMaxLag is the latest the fleet renewed a bucket of its node
+// Leases (0 when the fleet does not renew them).
+func (f *Fleet) HeartbeatMaxLag() time.Duration {
+	if f.beat == nil {
+		return 0
+	}
+	return f.beat.MaxLag()
 }
 
 // Close stops the node simulation.

@@ -81,15 +81,26 @@ func TestPeerUpgradesEveryNodeToUpgradeDone(t *testing.T) {
 	if err := proxy.WriteKubeconfig(kc); err != nil {
 		t.Fatal(err)
 	}
-	logPath := filepath.Join(t.TempDir(), "peer.log")
-	p, err := f.Start(ctx, ProcessConfig{Binary: bin, Kubeconfig: kc, MaxParallelUpgrades: 0, MaxUnavailable: "100%", LogPath: logPath})
+	// The steady state first: every node upgrade-done, the peer stopped.
+	settle, err := f.Start(ctx, ProcessConfig{Binary: bin, Kubeconfig: kc, MaxParallelUpgrades: 0, MaxUnavailable: "100%", TimeScale: 1,
+		LogPath: filepath.Join(t.TempDir(), "settle.log")})
 	if err != nil {
 		t.Fatal(err)
 	}
+	if _, err := settle.Stop(); err != nil {
+		t.Fatal(err)
+	}
 	proxy.Counter.Snapshot()
-	start, wall, err := p.Upgrade(ctx, f, "1.1.0", 3*time.Minute+load, len(names))
+	// Scaled 1:30, its planned requeue is 4 s.
+	cfg := ProcessConfig{Binary: bin, Kubeconfig: kc, MaxParallelUpgrades: 0, MaxUnavailable: "100%", TimeScale: 1.0 / 30,
+		LogPath: filepath.Join(t.TempDir(), "peer.log")}
+	p, start, wall, err := f.Race(ctx, cfg, "1.1.0", 3*time.Minute+load, len(names), Now)
 	counts := proxy.Counter.Snapshot()
-	recs, stopErr := p.Stop()
+	var recs []Record
+	var stopErr error
+	if p != nil {
+		recs, stopErr = p.Stop()
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,6 +109,16 @@ func TestPeerUpgradesEveryNodeToUpgradeDone(t *testing.T) {
 	}
 	if wall < load {
 		t.Errorf("upgraded in %s, less than the driver load time %s", wall, load)
+	}
+	// The start-up is inside the clock: the process began after it
+	// started, so its first reconcile did too.
+	if len(recs) == 0 || !recs[0].Start.After(start) {
+		t.Errorf("first reconcile %v, clock start %v: the peer's start-up must be inside its clock", recs, start)
+	}
+	// Its planned requeue ran at the time scale: the requeues during the
+	// upgrade came about 4 s after a reconcile, never 2 minutes.
+	if wall > time.Minute {
+		t.Errorf("upgrade of %d nodes with a %s load took %s: the 1:30 requeue (4 s) was not applied", len(names), load, wall)
 	}
 
 	// Every node: upgrade-done, schedulable, a Ready driver pod of 1.1.0

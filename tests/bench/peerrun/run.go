@@ -35,6 +35,9 @@ type ProcessConfig struct {
 	Kubeconfig          string
 	MaxParallelUpgrades int
 	MaxUnavailable      string
+	// TimeScale is the fleet's (npu-peer --time-scale): the peer's timers
+	// are multiplied by it.
+	TimeScale float64
 	// LogPath receives the peer's log (the library's and
 	// controller-runtime's); TracePath, if set, its reconciles (JSON
 	// lines).
@@ -61,20 +64,49 @@ const leaseName = "53822513.nvidia.com"
 // Start runs npu-peer and waits until it is ready: leader, and a
 // reconcile that found every node upgrade-done (the steady state of a
 // fleet GPU Operator manages; on a fresh fleet its first reconcile puts
-// them there). The Lease a previous peer held is deleted first: GPU
-// Operator does not release it when it stops, and a successor would wait
-// for it to expire.
+// them there).
 func (f *Fleet) Start(ctx context.Context, cfg ProcessConfig) (*Process, error) {
+	if err := f.deleteLease(ctx); err != nil {
+		return nil, err
+	}
+	p, err := f.launch(cfg)
+	if err != nil {
+		return nil, err
+	}
+	select {
+	case <-p.ready:
+		return p, nil
+	case <-p.exited:
+		err = fmt.Errorf("npu-peer exited before it was ready: %w; log: %s\n%s", p.err, cfg.LogPath, tail(cfg.LogPath, 15))
+	case <-time.After(readyTimeout(p.nodes)):
+		err = fmt.Errorf("npu-peer not ready after %s (no reconcile found all %d nodes %s); log: %s\n%s", readyTimeout(p.nodes), p.nodes, StateDone, cfg.LogPath, tail(cfg.LogPath, 15))
+	case <-ctx.Done():
+		err = ctx.Err()
+	}
+	_, _ = p.Stop()
+	return nil, err
+}
+
+// deleteLease deletes the Lease a previous peer held: GPU Operator does
+// not release it when it stops, and a successor would wait for it to
+// expire.
+func (f *Fleet) deleteLease(ctx context.Context) error {
 	err := f.cfg.Client.CoordinationV1().Leases(f.cfg.Namespace).Delete(ctx, leaseName, metav1.DeleteOptions{})
 	if err != nil && !apierrors.IsNotFound(err) {
-		return nil, fmt.Errorf("delete the previous peer's Lease: %w", err)
+		return fmt.Errorf("delete the previous peer's Lease: %w", err)
 	}
+	return nil
+}
+
+// launch starts npu-peer without waiting for it.
+func (f *Fleet) launch(cfg ProcessConfig) (*Process, error) {
 	logf, err := os.Create(cfg.LogPath)
 	if err != nil {
 		return nil, fmt.Errorf("peer log: %w", err)
 	}
 	cmd := exec.Command(cfg.Binary, "--kubeconfig="+cfg.Kubeconfig, "--namespace="+f.cfg.Namespace,
-		fmt.Sprintf("--max-parallel-upgrades=%d", cfg.MaxParallelUpgrades), "--max-unavailable="+cfg.MaxUnavailable)
+		fmt.Sprintf("--max-parallel-upgrades=%d", cfg.MaxParallelUpgrades), "--max-unavailable="+cfg.MaxUnavailable,
+		fmt.Sprintf("--time-scale=%g", cfg.TimeScale))
 	cmd.Env = withoutKubeconfig(os.Environ())
 	cmd.Stderr = logf
 	out, err := cmd.StdoutPipe()
@@ -123,18 +155,7 @@ func (f *Fleet) Start(ctx context.Context, cfg ProcessConfig) (*Process, error) 
 		p.err = cmd.Wait()
 		close(p.exited)
 	}()
-	select {
-	case <-p.ready:
-		return p, nil
-	case <-p.exited:
-		err = fmt.Errorf("npu-peer exited before it was ready: %w; log: %s\n%s", p.err, cfg.LogPath, tail(cfg.LogPath, 15))
-	case <-time.After(readyTimeout(p.nodes)):
-		err = fmt.Errorf("npu-peer not ready after %s (no reconcile found all %d nodes %s); log: %s\n%s", readyTimeout(p.nodes), p.nodes, StateDone, cfg.LogPath, tail(cfg.LogPath, 15))
-	case <-ctx.Done():
-		err = ctx.Err()
-	}
-	_, _ = p.Stop()
-	return nil, err
+	return p, nil
 }
 
 // Usage is the process's CPU time and peak RSS so far.
@@ -177,38 +198,67 @@ func signalled(err error) bool {
 	return ok && ws.Signaled()
 }
 
-// PlannedRequeue is GPU Operator's requeue after every reconcile.
+// PlannedRequeue is GPU Operator's requeue after every reconcile, in real
+// time (the peer multiplies it by the fleet's time scale).
 const PlannedRequeue = 2 * time.Minute
 
-// Upgrade bumps the driver DaemonSet to version and waits until want
-// nodes (the fleet's size for the whole upgrade) are upgrade-done,
-// schedulable, and run a Ready driver pod of version. It returns when it
-// bumped and the time from the bump to the last of those seen. A peer that exits, or whose nodes' states stop
-// changing for stall, is broken.
-func (p *Process) Upgrade(ctx context.Context, f *Fleet, version string, stall time.Duration, want int) (time.Time, time.Duration, error) {
+// Gate is called by a side once it is ready to start its clock, and
+// returns the instant the clock starts (the same for both sides of a
+// race run at once).
+type Gate func() time.Time
+
+// Now is the Gate of a side that runs alone.
+func Now() time.Time { return time.Now() }
+
+// Race is one upgrade of the peer with its start-up inside its clock, as
+// npu-stack's rollout process starts inside its own: the previous peer's
+// Lease deleted and the completion watch synced beforehand, then, from
+// the instant gate returns, npu-peer is started and the driver
+// DaemonSet bumped to version at once, as GPU Operator's ClusterPolicy
+// controller would bump it; the clock stops when want nodes (the fleet's
+// size for the whole upgrade) are seen upgrade-done, schedulable, and
+// running a Ready driver pod of version. It returns the running process
+// (to read its usage and records, then stop it), the clock's start and
+// the wall. A peer that exits, or whose nodes' states stop changing for
+// stall, is broken.
+func (f *Fleet) Race(ctx context.Context, cfg ProcessConfig, version string, stall time.Duration, want int, gate Gate) (*Process, time.Time, time.Duration, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	if err := f.deleteLease(ctx); err != nil {
+		return nil, time.Time{}, 0, err
+	}
 	w := newDoneWatch(f, version, want)
 	if err := w.start(ctx); err != nil {
-		return time.Time{}, 0, err
+		return nil, time.Time{}, 0, err
 	}
-	start := time.Now()
+	start := gate()
+	w.restart(start)
+	p, err := f.launch(cfg)
+	if err != nil {
+		return nil, start, 0, err
+	}
 	if err := f.Bump(ctx, version); err != nil {
-		return time.Time{}, 0, err
+		return p, start, 0, err
 	}
+	wall, err := p.wait(ctx, w, version, stall, start)
+	return p, start, wall, err
+}
+
+// wait waits for w to see the upgrade done.
+func (p *Process) wait(ctx context.Context, w *doneWatch, version string, stall time.Duration, start time.Time) (time.Duration, error) {
 	tick := time.NewTicker(stall / 4)
 	defer tick.Stop()
 	for {
 		select {
 		case at := <-w.done:
-			return start, at.Sub(start), nil
+			return at.Sub(start), nil
 		case <-p.exited:
-			return start, time.Since(start), fmt.Errorf("npu-peer exited during the upgrade (%s): %w; log: %s\n%s", w.status(), p.err, p.cfg.LogPath, tail(p.cfg.LogPath, 15))
+			return time.Since(start), fmt.Errorf("npu-peer exited during the upgrade (%s): %w; log: %s\n%s", w.status(), p.err, p.cfg.LogPath, tail(p.cfg.LogPath, 15))
 		case <-ctx.Done():
-			return start, time.Since(start), fmt.Errorf("peer upgrade to %s (%s): %w", version, w.status(), ctx.Err())
+			return time.Since(start), fmt.Errorf("peer upgrade to %s (%s): %w", version, w.status(), ctx.Err())
 		case <-tick.C:
 			if idle := w.idle(); idle > stall {
-				return start, time.Since(start), fmt.Errorf("the peer's upgrade to %s stalled: no node changed state for %s (%s); log: %s", version, idle.Round(time.Second), w.status(), p.cfg.LogPath)
+				return time.Since(start), fmt.Errorf("the peer's upgrade to %s stalled: no node changed state for %s (%s); log: %s", version, idle.Round(time.Second), w.status(), p.cfg.LogPath)
 			}
 		}
 	}
@@ -289,6 +339,14 @@ func (w *doneWatch) check() {
 		w.finished = true
 		w.done <- now
 	}
+}
+
+// restart counts the stall from at (the clock's start: the wait at the
+// gate is not the peer's).
+func (w *doneWatch) restart(at time.Time) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.changed = at
 }
 
 func (w *doneWatch) status() string {

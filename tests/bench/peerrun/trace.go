@@ -40,6 +40,10 @@ type Split struct {
 	// restarted and Ready) waits before the library looks again.
 	WaitRequeue time.Duration `json:"waitingForRequeue"`
 	Other       time.Duration `json:"other"`
+	// StartUp is from the start of the window to the start of the first
+	// reconcile in it: the process's start, leader election and caches
+	// when the window opens with the process's start.
+	StartUp time.Duration `json:"startUp"`
 }
 
 // SplitTime attributes [from, to] among the reconciles of recs (in the
@@ -53,6 +57,9 @@ func SplitTime(recs []Record, from, to time.Time) Split {
 				prevEnd = maxTime(prevEnd, r.End)
 			}
 			continue
+		}
+		if s.Reconciles == 0 && r.Start.After(from) {
+			s.StartUp = r.Start.Sub(from)
 		}
 		s.Reconciles++
 		s.ByTrigger[r.Trigger]++

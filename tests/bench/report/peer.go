@@ -5,34 +5,47 @@ import (
 	"strings"
 )
 
-// Peer is the same driver upgrade of the same fleet, in the same run, by
-// NVIDIA's upgrade library as GPU Operator's upgrade controller drives
-// it. The library restarts each node's driver pod (OnDelete) and the
-// simulated node reloads the driver in the same per-node time.
+// Peer is the same driver upgrade, in the same run, by NVIDIA's upgrade
+// library as GPU Operator's upgrade controller drives it: on the same
+// nodes after npu-stack's, or at the same time on a fleet of its own
+// (Scenario.Together). The library restarts each node's driver pod
+// (OnDelete) and the simulated node reloads the driver in the same
+// per-node time.
 type Peer struct {
-	// Wall is from the driver DaemonSet's template change to every node
+	// Wall is from the clock's start (npu-peer started and the driver
+	// DaemonSet's template changed at that instant) to every node seen
 	// upgrade-done, schedulable and running a Ready driver pod of the new
 	// version.
 	Wall     Seconds `json:"wallSeconds"`
 	Upgraded int     `json:"upgraded"`
+	// StartUp is from the clock's start to the start of its first
+	// reconcile: the process, leader election and caches.
+	StartUp Seconds `json:"startUpSeconds,omitempty"`
+	// PlannedRequeue is GPU Operator's 2-minute requeue at the fleet's
+	// time scale, as the peer ran it.
+	PlannedRequeue Seconds `json:"plannedRequeueSeconds,omitempty"`
 	// Sampled, when set, is the number of nodes the peer upgraded before
-	// it was stopped (Upgraded is the same); SampleWall is the time they
-	// took, and Wall that pace projected to the whole fleet.
+	// the benchmark stopped it (Upgraded is the same); SampleWall is the
+	// time they took, and Wall that pace projected to the whole fleet.
 	Sampled    int     `json:"sampledNodes,omitempty"`
 	SampleWall Seconds `json:"sampleWallSeconds,omitempty"`
-	// Requests are the peer process's, counted by the same proxy as
-	// npu-stack's rollout, from the version bump to the end.
+	// Requests are the peer process's, counted by its own proxy process
+	// from its start to the end.
 	Requests []Count `json:"requests"`
 	CPU      Seconds `json:"cpuSeconds"`
 	PeakMB   float64 `json:"peakRSSMiB"`
+	// APIServerCPU is the API server's CPU over Wall above its idle rate
+	// (nil: not separable, both sides ran at once).
+	APIServerCPU       *Seconds `json:"apiServerCPUSecondsAboveIdle,omitempty"`
+	APIServerIdleCores float64  `json:"apiServerIdleCores,omitempty"`
 	// Reconciles ran during Wall, by what started them ("event",
 	// "requeue", "retry"); FailedReconciles returned an error.
 	Reconciles       int            `json:"reconciles"`
 	ByTrigger        map[string]int `json:"reconcilesByTrigger"`
 	FailedReconciles int            `json:"failedReconciles,omitempty"`
 	// Acting is the time in reconciles; WaitRequeue the idle time that
-	// ended with the planned requeue; Other the rest (idle until a
-	// watched change).
+	// ended with the planned requeue; Other the rest (start-up, and idle
+	// until a watched change).
 	Acting      Seconds `json:"actingSeconds"`
 	WaitRequeue Seconds `json:"waitingForRequeueSeconds"`
 	Other       Seconds `json:"otherSeconds"`
@@ -41,6 +54,16 @@ type Peer struct {
 	SimWrites int64        `json:"simulatedNodeWrites"`
 	API       *APILoad     `json:"apiLoad,omitempty"`
 	CPUByProc []ProcessCPU `json:"cpuByProcess,omitempty"`
+}
+
+// Side is one side's requests and costs, per node upgraded.
+type Side struct {
+	Requests []Count
+	Upgraded int
+	// Reconciles are the passes the side made (0: not known; npu-stack's
+	// rollout does not report its decision passes).
+	Reconciles   int
+	APIServerCPU *Seconds
 }
 
 // perNode sums requests matching pred per upgraded node.
@@ -57,33 +80,75 @@ func perNode(cs []Count, upgraded int, pred func(Count) bool) float64 {
 	return float64(n) / float64(upgraded)
 }
 
-func isWrite(c Count) bool { return c.Write }
-func isList(c Count) bool  { return c.Verb == "list" }
+func isWrite(c Count) bool      { return c.Write }
+func isList(c Count) bool       { return c.Verb == "list" }
+func isLeaseWrite(c Count) bool { return c.Write && c.Resource == "leases" }
+
+// WritesPerNode are every write per upgraded node, Lease writes included.
+func (s Side) WritesPerNode() float64 { return perNode(s.Requests, s.Upgraded, isWrite) }
+
+// WritesNoLeasePerNode are the writes without the Lease renewals (leader
+// election's, which come with time, not with nodes).
+func (s Side) WritesNoLeasePerNode() float64 {
+	return perNode(s.Requests, s.Upgraded, func(c Count) bool { return c.Write && !isLeaseWrite(c) })
+}
+
+// ListsPerNode are the LISTs per upgraded node.
+func (s Side) ListsPerNode() float64 { return perNode(s.Requests, s.Upgraded, isList) }
+
+// RequestsNoLeasePerNode are every request (reads, watches, writes) per
+// upgraded node, Lease writes aside: the figure the request target
+// compares.
+func (s Side) RequestsNoLeasePerNode() float64 {
+	return perNode(s.Requests, s.Upgraded, func(c Count) bool { return !isLeaseWrite(c) })
+}
+
+// RequestsPerReconcile are the requests (Lease writes aside) per pass;
+// false when the passes are not known.
+func (s Side) RequestsPerReconcile() (float64, bool) {
+	if s.Reconciles == 0 {
+		return 0, false
+	}
+	return perNode(s.Requests, s.Reconciles, func(c Count) bool { return !isLeaseWrite(c) }), true
+}
+
+// APIServerCPUPerNode is the API server's CPU above idle per upgraded
+// node; false when not separable.
+func (s Side) APIServerCPUPerNode() (float64, bool) {
+	if s.APIServerCPU == nil || s.Upgraded == 0 {
+		return 0, false
+	}
+	return float64(*s.APIServerCPU) / float64(s.Upgraded), true
+}
+
+// Side is npu-stack's side of the scenario.
+func (s Scenario) Side() Side {
+	return Side{Requests: s.Requests, Upgraded: s.Upgraded, APIServerCPU: s.APIServerCPU}
+}
+
+// Side is the peer's side.
+func (p Peer) Side() Side {
+	return Side{Requests: p.Requests, Upgraded: p.Upgraded, Reconciles: p.Reconciles, APIServerCPU: p.APIServerCPU}
+}
 
 // WritesPerNode are the peer's writes per upgraded node.
-func (p Peer) WritesPerNode() float64 { return perNode(p.Requests, p.Upgraded, isWrite) }
+func (p Peer) WritesPerNode() float64 { return p.Side().WritesPerNode() }
 
 // ListsPerNode are the peer's LISTs per upgraded node.
-func (p Peer) ListsPerNode() float64 { return perNode(p.Requests, p.Upgraded, isList) }
+func (p Peer) ListsPerNode() float64 { return p.Side().ListsPerNode() }
 
-// EventsPerNode are the peer's Event writes per upgraded node.
-func (p Peer) EventsPerNode() float64 {
-	return perNode(p.Requests, p.Upgraded, func(c Count) bool { return c.Write && c.Resource == "events" })
+// FromBump is npu-stack's wall on the clock both sides share: from the
+// version bump (the helm upgrade) to every node seen upgraded, the driver
+// DaemonSet replacing its pods and the rollout's start-up inside. Runs
+// recorded before it was measured fall back to pods replaced + rollout.
+func (s Scenario) FromBump() Seconds {
+	if s.FromBumpWall > 0 {
+		return s.FromBumpWall
+	}
+	return s.DriverRollout + s.Wall
 }
 
-// LeaseWritesPerNode are its leader election renewals per upgraded node.
-func (p Peer) LeaseWritesPerNode() float64 {
-	return perNode(p.Requests, p.Upgraded, func(c Count) bool { return c.Write && c.Resource == "leases" })
-}
-
-// FromBump is npu-stack's time from the version bump to every node done:
-// the driver DaemonSet replacing its pods (what `helm upgrade --wait`
-// waits for before the hook) and the rollout. The peer's wall starts at
-// the bump too.
-func (s Scenario) FromBump() Seconds { return s.DriverRollout + s.Wall }
-
-// PeerRatio is npu-stack's time from the bump over the peer's (0 without
-// a peer).
+// PeerRatio is npu-stack's wall over the peer's (0 without a peer).
 func (s Scenario) PeerRatio() float64 {
 	if s.Peer == nil || s.Peer.Wall <= 0 {
 		return 0
@@ -91,12 +156,27 @@ func (s Scenario) PeerRatio() float64 {
 	return float64(s.FromBump() / s.Peer.Wall)
 }
 
-// ListsPerNode are npu-stack's LISTs per upgraded node.
-func (s Scenario) ListsPerNode() float64 { return perNode(s.Requests, s.Upgraded, isList) }
+// LimitMultiple is a wall over the scenario's physical limit (0 when the
+// limit is 0).
+func (s Scenario) LimitMultiple(wall Seconds) float64 {
+	if s.Limit <= 0 {
+		return 0
+	}
+	return float64(wall / s.Limit)
+}
 
-// LeaseWritesPerNode are npu-stack's Lease writes per upgraded node.
-func (s Scenario) LeaseWritesPerNode() float64 {
-	return perNode(s.Requests, s.Upgraded, func(c Count) bool { return c.Write && c.Resource == "leases" })
+// ListsPerNode are npu-stack's LISTs per upgraded node.
+func (s Scenario) ListsPerNode() float64 { return s.Side().ListsPerNode() }
+
+// fmtScale writes a time scale as "1:30" or "real time".
+func fmtScale(scale float64) string {
+	switch {
+	case scale <= 0:
+		return "—"
+	case scale >= 1:
+		return "real time"
+	}
+	return fmt.Sprintf("1:%.0f", 1/scale)
 }
 
 // peerTables renders the comparison, if the run has a peer.
@@ -111,17 +191,58 @@ func peerTables(b *strings.Builder, ss []Scenario, library string) {
 		return
 	}
 	fmt.Fprintf(b, "\nnpu-stack against the peer, NVIDIA's upgrade library (%s) driven as GPU Operator's upgrade controller drives it, "+
-		"on the same fleet in the same run. Both from the version bump to every node done: npu-stack's driver DaemonSet replacing its pods "+
-		"(what `helm upgrade --wait` waits for) and its rollout; the peer's restart of every driver pod. Writes: every create, update, patch "+
-		"and delete, Events and Lease renewals among them. The peer's time: in reconciles / idle until its planned requeue / "+
-		"idle until a watched change:\n\n", library)
-	b.WriteString("| nodes | parallelism | per-node time | npu-stack (pods replaced + rollout) | peer | npu-stack / peer | writes/node npu-stack / peer (peer's Events, Lease) | LISTs/node npu-stack / peer | peer reconciles (event / requeue / retry) | peer's time: reconciling / requeue wait / rest | peer CPU | peer peak RSS |\n")
-	b.WriteString("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+		"in the same run. One clock for both: it starts at the version bump, with each side's process started inside it "+
+		"(npu-stack: the helm upgrade, the driver DaemonSet replacing its pods, then `npu-hooks rollout` as the hook runs it; "+
+		"the peer: npu-peer started and its driver DaemonSet bumped at that instant, so its leader election, caches and first reconcile "+
+		"are inside), and stops when the benchmark's node watch sees the side's last node done. Every timer of the peer runs at the "+
+		"fleet's time scale. Limit: the physical limit ceil(N/p) × per-node time:\n\n", library)
+	b.WriteString("| nodes | parallelism | per-node time | time scale (peer's planned requeue) | run | npu-stack | peer (its start-up) | npu-stack / peer | npu-stack / limit | peer / limit |\n")
+	b.WriteString("|---:|---|---:|---|---|---:|---:|---:|---:|---:|\n")
 	for _, s := range rows {
 		p := s.Peer
-		fmt.Fprintf(b, "| %d | %s (%d) | %s | %s (%s + %s) | %s | %s | %.1f / %.1f (%.1f, %.1f) | %.2f / %.2f | %d (%d / %d / %d) | %s / %s / %s | %s | %.0f MiB |\n",
-			s.Nodes, s.Parallelism, s.Effective, fmtSec(s.PerNode), fmtSec(s.FromBump()), fmtSec(s.DriverRollout), fmtSec(s.Wall), p.wallCell(s.Nodes), fmtRatio(s.PeerRatio()),
-			s.WritesPerNode(), p.WritesPerNode(), p.EventsPerNode(), p.LeaseWritesPerNode(), s.ListsPerNode(), p.ListsPerNode(),
+		run := "one after the other, same nodes"
+		switch {
+		case s.Together:
+			run = "at once, fleets of their own"
+		case s.PeerOwnFleet:
+			run = "one after the other, fleets of their own"
+		}
+		fmt.Fprintf(b, "| %d | %s (%d) | %s | %s (%s) | %s | %s | %s (%s) | %s | %s | %s |\n",
+			s.Nodes, s.Parallelism, s.Effective, fmtSec(s.PerNode), fmtScale(s.TimeScale), orDash(p.PlannedRequeue), run,
+			fmtSec(s.FromBump()), p.wallCell(s.Nodes), orDash(p.StartUp), fmtRatio(s.PeerRatio()),
+			fmtRatio(s.LimitMultiple(s.FromBump())), fmtRatio(s.LimitMultiple(p.Wall)))
+	}
+	b.WriteString("\nPer node upgraded, each side's requests as its own counting proxy (a process apart from the simulated nodes) saw them. " +
+		"Lease writes are leader election's renewals (they come with time, not with nodes); requests per reconcile leave them out too. " +
+		"API-server CPU: what the API server spent during the side's wall above its idle rate with the fleet set up " +
+		"(the side's requests and what they set off: the simulated kubelets, the DaemonSet controller, KWOK); " +
+		"\"—\" where both sides ran at once on one API server:\n\n")
+	b.WriteString("| nodes | parallelism | per-node time | side | writes | writes without Lease | LISTs | requests without Lease | requests per reconcile | API-server CPU |\n")
+	b.WriteString("|---:|---|---:|---|---:|---:|---:|---:|---:|---:|\n")
+	for _, s := range rows {
+		for _, side := range []struct {
+			name string
+			v    Side
+		}{{"npu-stack", s.Side()}, {"peer", s.Peer.Side()}} {
+			rpr := "— (not reported)"
+			if v, ok := side.v.RequestsPerReconcile(); ok {
+				rpr = fmt.Sprintf("%.1f", v)
+			}
+			cpu := "—"
+			if v, ok := side.v.APIServerCPUPerNode(); ok {
+				cpu = fmtSec(Seconds(v))
+			}
+			fmt.Fprintf(b, "| %d | %s | %s | %s | %.1f | %.1f | %.2f | %.1f | %s | %s |\n", s.Nodes, s.Parallelism, fmtSec(s.PerNode), side.name,
+				side.v.WritesPerNode(), side.v.WritesNoLeasePerNode(), side.v.ListsPerNode(), side.v.RequestsNoLeasePerNode(), rpr, cpu)
+		}
+	}
+	b.WriteString("\nThe peer's reconciles and where its time went: in reconciles / idle until its planned requeue / the rest " +
+		"(start-up, and idle until a watched change):\n\n")
+	b.WriteString("| nodes | parallelism | per-node time | reconciles (event / requeue / retry) | reconciling / requeue wait / rest | peer CPU | peer peak RSS |\n")
+	b.WriteString("|---:|---|---:|---:|---:|---:|---:|\n")
+	for _, s := range rows {
+		p := s.Peer
+		fmt.Fprintf(b, "| %d | %s | %s | %d (%d / %d / %d) | %s / %s / %s | %s | %.0f MiB |\n", s.Nodes, s.Parallelism, fmtSec(s.PerNode),
 			p.Reconciles, p.ByTrigger["event"], p.ByTrigger["requeue"], p.ByTrigger["retry"], fmtSec(p.Acting), fmtSec(p.WaitRequeue), fmtSec(p.Other),
 			fmtSec(p.CPU), p.PeakMB)
 	}
@@ -130,6 +251,14 @@ func peerTables(b *strings.Builder, ss []Scenario, library string) {
 	for _, s := range rows {
 		fmt.Fprintf(b, "| %d | %s | %s | %s |\n", s.Nodes, s.Parallelism, fmtSec(s.PerNode), requestsPerNode(s.Peer.Requests, s.Peer.Upgraded))
 	}
+}
+
+// orDash is "—" for a figure not measured (zero).
+func orDash(v Seconds) string {
+	if v == 0 {
+		return "—"
+	}
+	return fmtSec(v)
 }
 
 // wallCell is the peer's wall, marked as a projection where it is one.

@@ -84,6 +84,23 @@ type Scenario struct {
 	API *APILoad     `json:"apiLoad,omitempty"`
 	CPU []ProcessCPU `json:"cpuByProcess,omitempty"`
 
+	// TimeScale is the fleet's time scale, simulated seconds per real
+	// second (1: real time; 1/30: a 10-minute node upgrade in 20 s).
+	TimeScale float64 `json:"timeScale,omitempty"`
+	// FromBumpWall is the wall on the clock both sides share: from the
+	// version bump to the last node seen upgraded by the benchmark's watch.
+	FromBumpWall Seconds `json:"fromBumpSeconds,omitempty"`
+	// APIServerCPU is the API server's CPU over FromBumpWall above its
+	// idle rate APIServerIdleCores (nil: not separable, the peer ran at
+	// the same time).
+	APIServerCPU       *Seconds `json:"apiServerCPUSecondsAboveIdle,omitempty"`
+	APIServerIdleCores float64  `json:"apiServerIdleCores,omitempty"`
+	// Together: the peer ran at the same time, on a fleet of its own in
+	// the same control plane.
+	Together bool `json:"together,omitempty"`
+	// PeerOwnFleet: the peer upgraded nodes of its own, not npu-stack's.
+	PeerOwnFleet bool `json:"peerOwnFleet,omitempty"`
+
 	// Peer is the same upgrade by NVIDIA's library (nil: not run).
 	Peer *Peer `json:"peer,omitempty"`
 }
@@ -202,7 +219,10 @@ type Machine struct {
 
 // Report is one `make bench` run.
 type Report struct {
-	Date      string     `json:"date"`
+	Date string `json:"date"`
+	// Commit is the checkout the run measured (with "-dirty" when it had
+	// uncommitted changes).
+	Commit    string     `json:"commit"`
 	Mode      string     `json:"mode"`
 	Machine   Machine    `json:"machine"`
 	Scenarios []Scenario `json:"scenarios"`
@@ -236,8 +256,15 @@ func fmtRatio(r float64) string {
 // Markdown renders the tables.
 func Markdown(r Report) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "Measured %s (`BENCH=%s`) on %d cores (%s), %s, Kubernetes %s, %s.\n\n",
-		r.Date, r.Mode, r.Machine.Cores, r.Machine.CPU, r.Machine.GoVersion, r.Machine.Kubernetes, r.Machine.OS)
+	commit := r.Commit
+	if commit == "" {
+		commit = "unknown"
+	}
+	fmt.Fprintf(&b, "Measured %s (`BENCH=%s`) at commit %s on %d cores (%s), %s, Kubernetes %s, %s.\n\n",
+		r.Date, r.Mode, commit, r.Machine.Cores, r.Machine.CPU, r.Machine.GoVersion, r.Machine.Kubernetes, r.Machine.OS)
+	fmt.Fprintf(&b, "Limits: the control plane, the simulated fleet, the counting proxies and the measured processes share these %d cores, "+
+		"and the machine may run other work (its share is \"other processes on the machine\" in the CPU table); the nodes are KWOK's, "+
+		"their agents and kubelet played by the benchmark; times are scaled where the table says so.\n\n", r.Machine.Cores)
 	b.WriteString("| nodes | parallelism | per-node time | wall | physical limit | overhead ratio | writes/node (of which Events) | LIST / WATCH | rollout CPU | rollout peak RSS | step p50 / p99 |\n")
 	b.WriteString("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, s := range r.Scenarios {
@@ -311,7 +338,10 @@ func Markdown(r Report) string {
 		b.WriteString("\n| target | wanted | measured | met |\n|---|---|---|---|\n")
 		for _, t := range r.Targets {
 			met := "yes"
-			if !t.Met {
+			switch {
+			case t.NotMeasured:
+				met = "not measured"
+			case !t.Met:
 				met = "**no**"
 			}
 			fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", t.Name, t.Want, t.Got, met)

@@ -66,7 +66,14 @@ type Config struct {
 	// PeerBinary is npu-peer; set, the peer's DaemonSets are installed
 	// too, for the scenarios that run the peer.
 	PeerBinary string
-	Log        logrus.FieldLogger
+	// PeerApart gives the peer a fleet of its own, N more nodes beside
+	// npu-stack's, for scenarios that run both sides at once; otherwise
+	// the peer's DaemonSets run on npu-stack's N healthy nodes.
+	PeerApart bool
+	// ProxyBinary is npu-apicount, the counting proxy each side talks
+	// through, each its own process.
+	ProxyBinary string
+	Log         logrus.FieldLogger
 }
 
 // Bed is a control plane with N simulated NPU nodes running the chart,
@@ -76,15 +83,21 @@ type Bed struct {
 	// wedged is the node whose chips never probe healthy: its recovery
 	// waits for an approval nobody gives, so every rollout leaves it
 	// behind.
-	wedged   string
-	sim      *fleet.Sim
-	proxy    *apicount.Proxy
-	kubecfg  string
-	rec      *steplat.Recorder
-	events   *kube.Recorder
-	stop     context.CancelFunc
-	vals     map[string]any
-	versions int
+	wedged  string
+	sim     *fleet.Sim
+	proxy   *apicount.Remote
+	kubecfg string
+	// peerProxy counts the peer's requests, peerKubecfg points at it.
+	peerProxy   *apicount.Remote
+	peerKubecfg string
+	// idleAPIServer is the API server's CPU rate (cores) with the fleet
+	// set up and nothing upgrading.
+	idleAPIServer float64
+	rec           *steplat.Recorder
+	events        *kube.Recorder
+	stop          context.CancelFunc
+	vals          map[string]any
+	versions      int
 	// peer is the peer's DaemonSets and node side (nil: none).
 	peer         *peerrun.Fleet
 	peerVersions int
@@ -135,12 +148,7 @@ func Setup(ctx context.Context, cfg Config) (*Bed, error) {
 		return nil, fmt.Errorf("add the wedged node: %w", err)
 	}
 	b.wedged = wedged[0]
-	if b.proxy, err = apicount.Start(env.Config()); err != nil {
-		b.Close()
-		return nil, err
-	}
-	b.kubecfg = filepath.Join(cfg.Dir, "proxy.kubeconfig")
-	if err := b.proxy.WriteKubeconfig(b.kubecfg); err != nil {
+	if b.proxy, b.kubecfg, err = startProxy(ctx, cfg, "npu-stack"); err != nil {
 		b.Close()
 		return nil, err
 	}
@@ -166,16 +174,77 @@ func Setup(ctx context.Context, cfg Config) (*Bed, error) {
 		return nil, err
 	}
 	if cfg.PeerBinary != "" {
-		// The peer upgrades the healthy nodes: its node side plays no
-		// wedge.
-		healthy := labels.SelectorFromSet(labels.Set{contract.LabelNPUPresent: contract.True, healthyLabel: contract.True})
-		if b.peer, err = peerrun.Install(ctx, peerrun.FleetConfig{Client: simClient, Namespace: PeerNamespace, NodeSelector: healthy,
-			Nodes: cfg.Nodes, Log: cfg.Log}, firstVersion); err != nil {
+		if err := b.setupPeer(ctx, simClient); err != nil {
 			b.Close()
 			return nil, err
 		}
 	}
+	if err := b.measureIdle(ctx); err != nil {
+		b.Close()
+		return nil, err
+	}
 	return b, nil
+}
+
+// peerFleetLabel marks the nodes of the peer's own fleet (PeerApart).
+const peerFleetLabel = "bench.npu-stack.openfuyao.com/peer-fleet"
+
+// setupPeer installs the peer's DaemonSets (on npu-stack's healthy nodes,
+// or on N nodes of its own with PeerApart, with the same ordinary
+// workloads and their own Lease renewals), its counting proxy, and runs
+// it once until it found every node upgrade-done: the steady state of a
+// fleet GPU Operator manages, from which every upgrade starts.
+func (b *Bed) setupPeer(ctx context.Context, client kubernetes.Interface) error {
+	cfg := b.cfg
+	fc := peerrun.FleetConfig{Client: client, Namespace: PeerNamespace, Nodes: cfg.Nodes, Log: cfg.Log,
+		// The peer upgrades the healthy nodes: its node side plays no wedge.
+		NodeSelector: labels.SelectorFromSet(labels.Set{contract.LabelNPUPresent: contract.True, healthyLabel: contract.True})}
+	if cfg.PeerApart {
+		fc.NodeSelector = labels.SelectorFromSet(labels.Set{peerFleetLabel: contract.True})
+		fc.HeartbeatEvery = cfg.HeartbeatEvery
+		if fc.HeartbeatEvery == 0 {
+			fc.HeartbeatEvery = fleet.DefaultHeartbeatEvery
+		}
+		// Machines without the NPU labels: npu-stack's chart and rollout
+		// never see them.
+		if _, err := cfg.Env.AddNodes(ctx, cfg.Nodes, "peer", map[string]string{peerFleetLabel: contract.True}); err != nil {
+			return fmt.Errorf("add the peer's %d nodes: %w", cfg.Nodes, err)
+		}
+	}
+	var err error
+	if b.peer, err = peerrun.Install(ctx, fc, firstVersion); err != nil {
+		return err
+	}
+	if cfg.PeerApart {
+		if err := b.addWorkloadsOn(ctx, peerFleetLabel+"="+contract.True); err != nil {
+			return err
+		}
+	}
+	if b.peerProxy, b.peerKubecfg, err = startProxy(ctx, cfg, "peer"); err != nil {
+		return err
+	}
+	p, err := b.peer.Start(ctx, peerrun.ProcessConfig{Binary: cfg.PeerBinary, Kubeconfig: b.peerKubecfg, MaxParallelUpgrades: 1,
+		MaxUnavailable: "100%", TimeScale: 1, LogPath: filepath.Join(cfg.Dir, "peer-settle.log")})
+	if err != nil {
+		return fmt.Errorf("the peer's first run (every node upgrade-done): %w", err)
+	}
+	_, err = p.Stop()
+	return err
+}
+
+// startProxy runs a counting proxy for one side and writes the kubeconfig
+// that side uses.
+func startProxy(ctx context.Context, cfg Config, side string) (*apicount.Remote, string, error) {
+	p, err := apicount.StartProcess(ctx, cfg.ProxyBinary, cfg.Env.Kubeconfig, filepath.Join(cfg.Dir, "proxy-"+side+".log"))
+	if err != nil {
+		return nil, "", err
+	}
+	kc := filepath.Join(cfg.Dir, "proxy-"+side+".kubeconfig")
+	if err := p.WriteKubeconfig(kc); err != nil {
+		_ = p.Close()
+		return nil, "", err
+	}
+	return p, kc, nil
 }
 
 // addNodes registers n KWOK NPU nodes, several creators at once.
@@ -227,8 +296,10 @@ func (b *Bed) Close() {
 	if b.peer != nil {
 		b.peer.Close()
 	}
-	if b.proxy != nil {
-		_ = b.proxy.Close()
+	for _, p := range []*apicount.Remote{b.proxy, b.peerProxy} {
+		if p != nil {
+			_ = p.Close()
+		}
 	}
 	b.events.Shutdown()
 }

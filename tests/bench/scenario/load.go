@@ -14,8 +14,13 @@ import (
 )
 
 // benchProcess names this process in the CPU table: it plays every
-// simulated node and runs the proxy the rollout talks through.
-const benchProcess = "npu-bench (simulated nodes, counting proxy)"
+// simulated node; the counting proxies are processes of their own.
+const (
+	benchProcess     = "npu-bench (simulated nodes)"
+	proxyProcess     = "counting proxy of npu-stack"
+	peerProxyProcess = "counting proxy of the peer"
+	apiServerProcess = "kube-apiserver"
+)
 
 // loadMark is the cluster's counters when a rollout starts.
 type loadMark struct {
@@ -81,6 +86,10 @@ func (b *Bed) cpuTimes() (map[string]time.Duration, error) {
 	}
 	procs := b.cfg.Env.Components()
 	procs[benchProcess] = os.Getpid()
+	procs[proxyProcess] = b.proxy.Pid()
+	if b.peerProxy != nil {
+		procs[peerProxyProcess] = b.peerProxy.Pid()
+	}
 	out := map[string]time.Duration{machineBusy: busy}
 	for name, pid := range procs {
 		u, err := procstat.Read(pid)
@@ -90,4 +99,55 @@ func (b *Bed) cpuTimes() (map[string]time.Duration, error) {
 		out[name] = u.CPU
 	}
 	return out, nil
+}
+
+// apiServerCPU is the API server's CPU time so far.
+func (b *Bed) apiServerCPU() (time.Duration, error) {
+	pid, ok := b.cfg.Env.Components()[apiServerProcess]
+	if !ok {
+		return 0, fmt.Errorf("the control plane has no %s process", apiServerProcess)
+	}
+	u, err := procstat.Read(pid)
+	if err != nil {
+		return 0, fmt.Errorf("CPU of %s: %w", apiServerProcess, err)
+	}
+	return u.CPU, nil
+}
+
+// apiServerCPUSince is what the API server spent over a window of length
+// window that began with the reading from, above its idle rate (the
+// fleet's node Lease renewals and the controllers' resyncs go on however
+// long a side takes): the side's requests and what they set off (the
+// simulated kubelets, the DaemonSet controller, KWOK). Never negative.
+func (b *Bed) apiServerCPUSince(from, window time.Duration) (*report.Seconds, error) {
+	now, err := b.apiServerCPU()
+	if err != nil {
+		return nil, err
+	}
+	above := report.Seconds(max((now-from).Seconds()-b.idleAPIServer*window.Seconds(), 0))
+	return &above, nil
+}
+
+// idleWindow is how long the API server's idle rate is measured.
+const idleWindow = 30 * time.Second
+
+// measureIdle reads the API server's CPU over idleWindow with the fleet
+// set up and nothing upgrading: the rate its per-side figures discount.
+func (b *Bed) measureIdle(ctx context.Context) error {
+	c0, err := b.apiServerCPU()
+	if err != nil {
+		return err
+	}
+	t0 := time.Now()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(idleWindow):
+	}
+	c1, err := b.apiServerCPU()
+	if err != nil {
+		return err
+	}
+	b.idleAPIServer = (c1 - c0).Seconds() / time.Since(t0).Seconds()
+	return nil
 }

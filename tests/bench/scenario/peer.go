@@ -20,11 +20,14 @@ const PeerNamespace = "npu-peer"
 // peerProcess names the peer in the CPU table.
 const peerProcess = "npu-peer (NVIDIA's upgrade library)"
 
-// runPeer upgrades the fleet's peer driver DaemonSet with the scenario's
-// parallelism and per-node time, the peer's other settings GPU
-// Operator's defaults. An error means the peer is broken: it exited,
-// stalled, or the proxy counted nothing of it.
-func (b *Bed) runPeer(ctx context.Context, spec Spec) (*report.Peer, error) {
+// runPeer upgrades the peer's fleet with the scenario's parallelism, per-node
+// time and time scale, the peer's other settings GPU Operator's defaults.
+// Its clock starts when gate returns, with npu-peer's start (its leader
+// election, caches and first reconcile inside the clock, as npu-stack's
+// rollout process starts inside its own) and the driver DaemonSet's
+// bump. An error means the peer is broken: it exited, stalled, or the
+// proxy counted nothing of it.
+func (b *Bed) runPeer(ctx context.Context, spec Spec, gate peerrun.Gate) (*report.Peer, error) {
 	n := b.cfg.Nodes
 	f := b.peer
 	f.SetLoadTime(spec.Timing.Total())
@@ -32,47 +35,64 @@ func (b *Bed) runPeer(ctx context.Context, spec Spec) (*report.Peer, error) {
 	version := fmt.Sprintf("1.%d.0", b.peerVersions)
 	name := fmt.Sprintf("peer-n%d-p%s-t%s", n, strings.TrimSuffix(spec.Parallelism.Label, "%"), spec.Timing.Total())
 	pol := b.vals["driver"].(map[string]any)["upgradePolicy"].(map[string]any)
-	p, err := f.Start(ctx, peerrun.ProcessConfig{Binary: b.cfg.PeerBinary, Kubeconfig: b.kubecfg,
-		MaxParallelUpgrades: spec.Parallelism.MaxParallelUpgrades(n), MaxUnavailable: fmt.Sprint(pol["maxUnavailable"]),
-		LogPath: filepath.Join(b.cfg.Dir, name+".log"), TracePath: filepath.Join(b.cfg.Dir, name+".reconciles.jsonl")})
-	if err != nil {
+	requeue := scaled(peerrun.PlannedRequeue, spec.TimeScale)
+	if spec.PeerTimeout == 0 {
+		spec.PeerTimeout = peerTimeout(peerNodes(n, spec.PeerSample), spec.Parallelism.Effective(n), spec.Timing.Total(), requeue)
+	}
+	simBefore := f.SimWrites()
+	if _, err := b.peerProxy.Snapshot(ctx); err != nil {
 		return nil, err
 	}
-	defer func() { _, _ = p.Stop() }()
-	simBefore := f.SimWrites()
-	b.proxy.Counter.Snapshot()
 	mark, err := b.markLoad(ctx)
 	if err != nil {
 		return nil, err
 	}
-	u0, err := p.Usage()
-	if err != nil {
-		return nil, err
+	var cpu0 time.Duration
+	var cpuErr error
+	clock := func() time.Time {
+		t := gate()
+		cpu0, cpuErr = b.apiServerCPU()
+		return t
 	}
 	// Three requeues without a change of any node's state, or a wave's
-	// driver load and a requeue twice over: a stalled peer, not a slow one.
-	stall := 3*peerrun.PlannedRequeue + 2*spec.Timing.Total()
-	ctx, cancel := context.WithTimeout(ctx, spec.PeerTimeout)
+	// driver load and a requeue twice over (at least two minutes: the
+	// start-up of a large fleet's peer): a stalled peer, not a slow one.
+	stall := max(3*requeue+2*spec.Timing.Total(), 2*time.Minute)
+	runCtx, cancel := context.WithTimeout(ctx, spec.PeerTimeout)
 	defer cancel()
 	want := peerNodes(n, spec.PeerSample)
-	start, wall, err := p.Upgrade(ctx, f, version, stall, want)
+	p, start, wall, err := f.Race(runCtx, peerrun.ProcessConfig{Binary: b.cfg.PeerBinary, Kubeconfig: b.peerKubecfg,
+		MaxParallelUpgrades: spec.Parallelism.MaxParallelUpgrades(n), MaxUnavailable: fmt.Sprint(pol["maxUnavailable"]), TimeScale: spec.TimeScale,
+		LogPath: filepath.Join(b.cfg.Dir, name+".log"), TracePath: filepath.Join(b.cfg.Dir, name+".reconciles.jsonl")}, version, stall, want, clock)
+	if p != nil {
+		defer func() { _, _ = p.Stop() }()
+	}
+	if err == nil {
+		err = cpuErr
+	}
 	if err != nil {
 		return nil, err
 	}
-	counts := b.proxy.Counter.Snapshot()
+	counts, err := b.peerProxy.Snapshot(ctx)
+	if err != nil {
+		return nil, err
+	}
 	u1, err := p.Usage()
 	if err != nil {
 		return nil, err
 	}
-	out := &report.Peer{Wall: report.S(wall), Upgraded: want, CPU: report.S(u1.CPU - u0.CPU), PeakMB: procstat.MiB(u1.PeakRSS),
-		SimWrites: int64(f.SimWrites() - simBefore)}
+	out := &report.Peer{Wall: report.S(wall), Upgraded: want, CPU: report.S(u1.CPU), PeakMB: procstat.MiB(u1.PeakRSS),
+		SimWrites: int64(f.SimWrites() - simBefore), PlannedRequeue: report.S(requeue), APIServerIdleCores: b.idleAPIServer}
+	if out.APIServerCPU, err = b.apiServerCPUSince(cpu0, wall); err != nil {
+		return nil, err
+	}
 	if want < n {
 		// One node at a time, each node's cycle is the same wait for the
 		// planned requeue: the sample's pace holds for the whole fleet.
 		out.Sampled, out.SampleWall = want, report.S(wall)
 		out.Wall = report.S(wall * time.Duration(n) / time.Duration(want))
 	}
-	if out.API, out.CPUByProc, err = b.loadSince(ctx, mark, peerProcess, u1.CPU-u0.CPU); err != nil {
+	if out.API, out.CPUByProc, err = b.loadSince(ctx, mark, peerProcess, u1.CPU); err != nil {
 		return nil, err
 	}
 	recs, err := p.Stop()
@@ -82,8 +102,17 @@ func (b *Bed) runPeer(ctx context.Context, spec Spec) (*report.Peer, error) {
 	split := peerrun.SplitTime(recs, start, start.Add(wall))
 	out.Reconciles, out.ByTrigger, out.FailedReconciles = split.Reconciles, split.ByTrigger, split.Failed
 	out.Acting, out.WaitRequeue, out.Other = report.S(split.Acting), report.S(split.WaitRequeue), report.S(split.Other)
+	out.StartUp = report.S(split.StartUp)
 	out.Requests = reportCounts(counts)
 	return out, checkPeer(out, want)
+}
+
+// scaled is d at the time scale (0: real time).
+func scaled(d time.Duration, scale float64) time.Duration {
+	if scale <= 0 || scale >= 1 {
+		return d
+	}
+	return max(time.Duration(float64(d)*scale), time.Millisecond)
 }
 
 // peerNodes is how many nodes the peer upgrades: the sample, if one is
@@ -126,7 +155,7 @@ func checkPeer(p *report.Peer, nodes int) error {
 // peerTimeout bounds a peer upgrade of n nodes with effective parallelism
 // eff: a requeue and the per-node time per wave, three times over, plus
 // an hour for the reconciles of a large fleet.
-func peerTimeout(n, eff int, perNode time.Duration) time.Duration {
+func peerTimeout(n, eff int, perNode, requeue time.Duration) time.Duration {
 	waves := (n + eff - 1) / max(eff, 1)
-	return time.Duration(waves)*3*(peerrun.PlannedRequeue+perNode) + time.Hour
+	return time.Duration(waves)*3*(requeue+perNode) + time.Hour
 }

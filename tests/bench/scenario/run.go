@@ -11,9 +11,12 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/tools/cache"
 
 	"github.com/openfuyao/npu-stack/internal/contract"
 	"github.com/openfuyao/npu-stack/tests/bench/fleet"
+	"github.com/openfuyao/npu-stack/tests/bench/peerrun"
 	"github.com/openfuyao/npu-stack/tests/bench/procstat"
 	"github.com/openfuyao/npu-stack/tests/bench/report"
 	"github.com/openfuyao/npu-stack/tests/bench/steplat"
@@ -24,31 +27,61 @@ import (
 type Spec struct {
 	Parallelism Parallelism
 	Timing      fleet.Timing
+	// TimeScale is the fleet's time scale, simulated seconds per real
+	// second (1: real time; 1/30: a 10-minute node upgrade in 20 s). The
+	// peer's timers are multiplied by it; npu-stack has no timer that
+	// paces a rollout.
+	TimeScale float64
 	// Timeout bounds the rollout process.
 	Timeout time.Duration
 	// ExtraArgs are appended to the chart's rollout arguments (to try a
 	// setting before changing a default).
 	ExtraArgs []string
-	// Peer runs the same upgrade by the peer after npu-stack's (the Bed
-	// must have been set up with a PeerBinary); PeerTimeout bounds it (0:
-	// from the waves of the scenario).
+	// Peer runs the same upgrade by the peer (the Bed must have been set
+	// up with a PeerBinary): after npu-stack's on the same nodes, or, with
+	// Together, at the same time on a fleet of its own (a Bed set up with
+	// PeerApart). PeerTimeout bounds it (0: from the waves of the
+	// scenario).
 	Peer        bool
+	Together    bool
 	PeerTimeout time.Duration
 	// PeerSample, if set, stops the peer once that many nodes are done
 	// and projects its wall to the fleet: with one node at a time the
-	// peer waits for its planned requeue once per node, hours for 100.
+	// peer waits for its planned requeue once per node.
 	PeerSample int
 }
 
 // Run upgrades the whole fleet to the next driver version the way `helm
-// upgrade --wait` with the rollout hook does, and measures the rollout.
-// An error means broken function (the rollout failed or left a node
-// behind), never a slow run.
+// upgrade --wait` with the rollout hook does, and measures the rollout,
+// then the peer's upgrade (or both at once, with spec.Together). An error
+// means broken function (the rollout failed or left a node behind, the
+// peer stalled), never a slow run.
 func (b *Bed) Run(ctx context.Context, spec Spec) (report.Scenario, error) {
+	if spec.Together {
+		return b.runTogether(ctx, spec)
+	}
+	out, err := b.runNPUStack(ctx, spec, peerrun.Now)
+	if err != nil || !spec.Peer {
+		return out, err
+	}
+	out.Peer, err = b.runPeer(ctx, spec, peerrun.Now)
+	if err != nil {
+		return out, fmt.Errorf("%s: %w", out.Name(), err)
+	}
+	return out, nil
+}
+
+// runNPUStack is npu-stack's upgrade. Its clock starts when gate returns,
+// with the helm upgrade that bumps the driver version, and stops when the
+// benchmark's node watch sees the last node upgraded: the DaemonSet
+// replacing the driver pods (what `helm upgrade --wait` waits for before
+// the hook) and the rollout process's start-up are inside it.
+func (b *Bed) runNPUStack(ctx context.Context, spec Spec, gate peerrun.Gate) (report.Scenario, error) {
 	n := b.cfg.Nodes
 	eff := spec.Parallelism.Effective(n)
 	out := report.Scenario{Nodes: n, Parallelism: spec.Parallelism.Label, Effective: eff, PerNode: report.S(spec.Timing.Total()),
-		Limit: report.S(PhysicalLimit(n, eff, spec.Timing.Total()))}
+		Limit: report.S(PhysicalLimit(n, eff, spec.Timing.Total())), TimeScale: spec.TimeScale, Together: spec.Together,
+		PeerOwnFleet: b.cfg.PeerApart}
 	b.versions++
 	version := fmt.Sprintf("1.%d.0", b.versions)
 	b.sim.SetTiming(spec.Timing)
@@ -57,7 +90,12 @@ func (b *Bed) Run(ctx context.Context, spec Spec) (report.Scenario, error) {
 	pol := drv["upgradePolicy"].(map[string]any)
 	pol["maxParallelUpgrades"] = spec.Parallelism.MaxParallelUpgrades(n)
 
-	upStart := time.Now()
+	done := b.watchUpgraded(ctx, version)
+	upStart := gate()
+	cpu0, err := b.apiServerCPU()
+	if err != nil {
+		return out, err
+	}
 	rel, err := b.cfg.Env.Helm(Namespace).Upgrade(ctx, release0, b.vals, testbed.InstallOptions{DisableHooks: true})
 	if err != nil {
 		return out, fmt.Errorf("helm upgrade to driver %s: %w", version, err)
@@ -72,7 +110,9 @@ func (b *Bed) Run(ctx context.Context, spec Spec) (report.Scenario, error) {
 	out.DriverRollout = report.S(time.Since(upStart))
 
 	b.rec.Take()
-	b.proxy.Counter.Snapshot()
+	if _, err := b.proxy.Snapshot(ctx); err != nil {
+		return out, err
+	}
 	simBefore := b.sim.Stats()
 	mark, err := b.markLoad(ctx)
 	if err != nil {
@@ -83,6 +123,15 @@ func (b *Bed) Run(ctx context.Context, spec Spec) (report.Scenario, error) {
 	if err != nil {
 		return out, err
 	}
+	doneAt, err := done(time.Minute)
+	if err != nil {
+		return out, fmt.Errorf("the rollout exited 0 but the nodes are not seen upgraded: %w", err)
+	}
+	out.FromBumpWall = report.S(doneAt.Sub(upStart))
+	if out.APIServerCPU, err = b.apiServerCPUSince(cpu0, doneAt.Sub(upStart)); err != nil {
+		return out, err
+	}
+	out.APIServerIdleCores = b.idleAPIServer
 	out.LeftBehind = left
 	out.Wall, out.RolloutCPU, out.RolloutPeakMB = report.S(wall), report.S(usage.CPU), procstat.MiB(usage.PeakRSS)
 	if out.API, out.CPU, err = b.loadSince(ctx, mark, "npu-hooks rollout", usage.CPU); err != nil {
@@ -96,7 +145,11 @@ func (b *Bed) Run(ctx context.Context, spec Spec) (report.Scenario, error) {
 	if out.Upgraded, err = b.checkUpgraded(ctx, version); err != nil {
 		return out, err
 	}
-	out.Requests = reportCounts(b.proxy.Counter.Snapshot())
+	counts, err := b.proxy.Snapshot(ctx)
+	if err != nil {
+		return out, err
+	}
+	out.Requests = reportCounts(counts)
 	timelines := b.rec.Take()
 	lat := steplat.Analyze(timelines, version, eff)
 	cycle := steplat.MeanCycle(steplat.Cycles(timelines, version))
@@ -109,17 +162,45 @@ func (b *Bed) Run(ctx context.Context, spec Spec) (report.Scenario, error) {
 	if err := b.waitSettled(ctx, version); err != nil {
 		return out, err
 	}
-	if err := checkFunction(out); err != nil || !spec.Peer {
-		return out, err
+	return out, checkFunction(out)
+}
+
+// watchUpgraded starts watching the fleet's N nodes; the function it
+// returns waits (at most the given time longer) until every one of them
+// is on version with no upgrade state and schedulable, and returns when
+// the benchmark's watch saw the last of them so: the same kind of event
+// as the one that stops the peer's clock.
+func (b *Bed) watchUpgraded(ctx context.Context, version string) func(time.Duration) (time.Time, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	var at time.Time
+	result := make(chan error, 1)
+	sel := labels.SelectorFromSet(labels.Set{contract.LabelNPUPresent: contract.True, healthyLabel: contract.True}).String()
+	go func() {
+		result <- testbed.WaitFor(ctx, cache.NewFilteredListWatchFromClient(b.cfg.Env.Client.CoreV1().RESTClient(), "nodes", "", func(o *metav1.ListOptions) {
+			o.LabelSelector = sel
+		}), &corev1.Node{}, func(nodes []*corev1.Node) (bool, error) {
+			ok := 0
+			for _, nd := range nodes {
+				if upgraded(nd, version) {
+					ok++
+				}
+			}
+			if ok == b.cfg.Nodes && len(nodes) == b.cfg.Nodes {
+				at = time.Now()
+				return true, nil
+			}
+			return false, nil
+		})
+	}()
+	return func(grace time.Duration) (time.Time, error) {
+		defer cancel()
+		select {
+		case err := <-result:
+			return at, err
+		case <-time.After(grace):
+			return time.Time{}, fmt.Errorf("not all %d nodes seen on driver %s within %s of the rollout's exit", b.cfg.Nodes, version, grace)
+		}
 	}
-	if spec.PeerTimeout == 0 {
-		spec.PeerTimeout = peerTimeout(peerNodes(n, spec.PeerSample), eff, spec.Timing.Total())
-	}
-	out.Peer, err = b.runPeer(ctx, spec)
-	if err != nil {
-		return out, fmt.Errorf("%s: %w", out.Name(), err)
-	}
-	return out, nil
 }
 
 // rollout runs npu-hooks rollout with the chart's arguments, as the hook

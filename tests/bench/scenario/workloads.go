@@ -36,9 +36,15 @@ func (b *Bed) addWorkloads(ctx context.Context) error {
 	if _, err := env.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: WorkloadNamespace}}, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("create namespace %s: %w", WorkloadNamespace, err)
 	}
-	nodes, err := env.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: contract.LabelNPUPresent + "=true"})
+	return b.addWorkloadsOn(ctx, contract.LabelNPUPresent+"=true")
+}
+
+// addWorkloadsOn puts the ordinary pods on every node of selector.
+func (b *Bed) addWorkloadsOn(ctx context.Context, selector string) error {
+	env := b.cfg.Env
+	nodes, err := env.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: selector})
 	if err != nil {
-		return fmt.Errorf("list the NPU nodes: %w", err)
+		return fmt.Errorf("list the nodes %s: %w", selector, err)
 	}
 	work := make(chan string)
 	var wg sync.WaitGroup

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -17,6 +18,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/openfuyao/npu-stack/tests/bench/agents"
+	"github.com/openfuyao/npu-stack/tests/bench/apicount"
 	"github.com/openfuyao/npu-stack/tests/bench/fleet"
 	"github.com/openfuyao/npu-stack/tests/bench/report"
 	"github.com/openfuyao/npu-stack/tests/bench/scenario"
@@ -27,8 +29,17 @@ import (
 // about 10 minutes (drain 2, reboot 6, driver load 2); scaled 1:30.
 var Realistic = fleet.Timing{Reboot: 16 * time.Second, DriverLoad: 4 * time.Second}
 
+// Scaled is the time scale of every scenario but the unscaled one: the
+// realistic time's 1:30, the peer's timers compressed alike.
+const Scaled = 1.0 / 30
+
+// Unscaled is the per-node time of BENCH=realistic: 300 s, a fast real
+// node upgrade (reboot and drain 240 s, driver load 60 s), in real time.
+var Unscaled = fleet.Timing{Reboot: 240 * time.Second, DriverLoad: 60 * time.Second}
+
 var (
 	one       = scenario.Parallelism{Label: "1", Fixed: 1}
+	two       = scenario.Parallelism{Label: "2", Fixed: 2}
 	tenPct    = scenario.Parallelism{Label: "10%", Fraction: 0.1}
 	unlimited = scenario.Parallelism{Label: "unlimited"}
 )
@@ -36,7 +47,10 @@ var (
 // Fleet is the scenarios run on one fleet size.
 type Fleet struct {
 	Nodes int
-	Specs []scenario.Spec
+	// PeerApart gives the peer N nodes of its own beside npu-stack's (for
+	// scenarios run together).
+	PeerApart bool
+	Specs     []scenario.Spec
 }
 
 // heartbeat is the Lease renewal period of the simulated kubelets and the
@@ -62,26 +76,32 @@ func heartbeat(n int) (every, grace time.Duration) {
 
 // peerSampleOne is how many nodes the peer upgrades at parallelism 1
 // before its wall is projected to the fleet.
-const peerSampleOne = 5
+const peerSampleOne = 10
 
 // Plan is what a mode runs.
 type Plan struct {
 	Mode   string
 	Fleets []Fleet
-	// AgentIdle is the idle window of the node agents.
+	// AgentIdle is the idle window of the node agents (0: the agents are
+	// not measured).
 	AgentIdle time.Duration
 	Notes     []string
 }
 
-// PlanFor returns the plan of mode "quick" or "full".
+// PlanFor returns the plan of mode "quick", "full" or "realistic".
 func PlanFor(mode string) (Plan, error) {
 	spec := func(p scenario.Parallelism, t fleet.Timing) scenario.Spec {
-		return scenario.Spec{Parallelism: p, Timing: t, Timeout: time.Hour}
+		return scenario.Spec{Parallelism: p, Timing: t, Timeout: time.Hour, TimeScale: Scaled}
 	}
 	// withPeer runs the peer after npu-stack in the same scenario.
 	withPeer := func(p scenario.Parallelism, t fleet.Timing) scenario.Spec {
 		s := spec(p, t)
 		s.Peer = true
+		return s
+	}
+	// together runs both at once, each on its own fleet.
+	together := func(s scenario.Spec) scenario.Spec {
+		s.Peer, s.Together = true, true
 		return s
 	}
 	zero := fleet.Timing{}
@@ -91,9 +111,14 @@ func PlanFor(mode string) (Plan, error) {
 	}
 	switch mode {
 	case "quick":
-		return Plan{Mode: mode, AgentIdle: 10 * time.Second, Fleets: []Fleet{{Nodes: 100, Specs: []scenario.Spec{
-			withPeer(unlimited, zero), spec(tenPct, fleet.Timing{Reboot: 800 * time.Millisecond, DriverLoad: 200 * time.Millisecond}),
+		second := fleet.Timing{Reboot: 800 * time.Millisecond, DriverLoad: 200 * time.Millisecond}
+		return Plan{Mode: mode, AgentIdle: 10 * time.Second, Fleets: []Fleet{{Nodes: 100, PeerApart: true, Specs: []scenario.Spec{
+			withPeer(unlimited, zero), spec(tenPct, second), together(spec(tenPct, second)),
 		}}}}, nil
+	case "realistic":
+		s := together(scenario.Spec{Parallelism: two, Timing: Unscaled, Timeout: 2 * time.Hour, TimeScale: 1})
+		return Plan{Mode: mode, Fleets: []Fleet{{Nodes: 10, PeerApart: true, Specs: []scenario.Spec{s}}},
+			Notes: []string{"BENCH=realistic runs in real time: N = 10, 300 s per node (reboot and drain 240 s, driver load 60 s), maxParallelUpgrades 2, the peer's timers unscaled (its planned requeue 2 min); npu-stack and the peer upgrade fleets of their own in the same control plane at the same time, their clocks started at one instant."}}, nil
 	case "full":
 		return Plan{Mode: mode, AgentIdle: 2 * time.Minute,
 			Fleets: []Fleet{
@@ -103,21 +128,29 @@ func PlanFor(mode string) (Plan, error) {
 					withPeer(unlimited, Realistic), sampled(withPeer(one, zero), peerSampleOne)}},
 				{Nodes: 1000, Specs: []scenario.Spec{withPeer(tenPct, zero), withPeer(unlimited, zero), withPeer(tenPct, Realistic), withPeer(unlimited, Realistic)}},
 				{Nodes: 5000, Specs: []scenario.Spec{spec(unlimited, zero), spec(tenPct, Realistic)}},
+				{Nodes: 10000, Specs: []scenario.Spec{spec(tenPct, Realistic)}},
 			},
 			Notes: []string{
-				"Parallelism 1 runs only at N = 100 with per-node time 0: with the realistic time its physical limit alone is N × 20 s (33 min at N = 100, 5.6 h at N = 1,000). With one node at a time the peer waits for its planned requeue (2 min) once per node, whatever the per-node time: 100 nodes would take it over 3 hours, so it is stopped after its first " + fmt.Sprint(peerSampleOne) + " nodes and its wall projected to the fleet at that pace (marked \"projected\"); its requests per node are those of the sample.",
-				"The peer runs at N = 100 and 1,000, not at 5,000.",
-				"N = 5,000 runs two scenarios (pure overhead with unlimited parallelism, realistic time at 10%): on 2 cores its setup (5,000 nodes, 15,000 DaemonSet pods) takes about 20 minutes, the driver DaemonSet update before each rollout about 7, and each rollout restarts 15,000 pods; its node Leases are renewed every 200 s against a grace period of 1,200 s (every 40 s against 240 s at N = 1,000, every 20 s against the default 50 s at N = 100).",
+				"Parallelism 1 runs only at N = 100 with per-node time 0: with the realistic time its physical limit alone is N × 20 s (33 min at N = 100). With one node at a time the peer waits for its planned requeue (4 s at 1:30) about twice per node, so the benchmark stops it after its first " + fmt.Sprint(peerSampleOne) + " nodes and projects its wall to the fleet at that pace (marked \"projected\"); its requests per node are those of the sample.",
+				"The peer runs at N = 100 and 1,000, not at 5,000 or 10,000.",
+				"N = 5,000 runs two scenarios (pure overhead with unlimited parallelism, realistic time at 10%) and N = 10,000 one (realistic time at 10%), npu-stack alone; node Leases are renewed every 20 s up to 500 nodes against the default grace period of 50 s, beyond that every 20 s per 500 nodes against six renewal periods (40 s against 240 s at N = 1,000, 200 s against 1,200 s at N = 5,000, 400 s against 2,400 s at N = 10,000).",
 			},
 		}, nil
 	}
-	return Plan{}, fmt.Errorf("BENCH=%q: want quick or full", mode)
+	return Plan{}, fmt.Errorf("BENCH=%q: want quick, realistic or full", mode)
 }
 
 // Only keeps the fleets of the given sizes (none given: all), to re-run
-// one fleet size of a plan; a size the plan does not have is an error.
+// one fleet size of a plan; a size the plan does not have is an error,
+// except in quick mode, whose one fleet takes any one size (a smaller
+// fleet for a faster check).
 func (p Plan) Only(sizes []int) (Plan, error) {
 	if len(sizes) == 0 {
+		return p, nil
+	}
+	if p.Mode == "quick" && len(sizes) == 1 && len(p.Fleets) == 1 {
+		p.Fleets = []Fleet{p.Fleets[0]}
+		p.Fleets[0].Nodes = sizes[0]
 		return p, nil
 	}
 	var kept []Fleet
@@ -159,14 +192,29 @@ func Run(ctx context.Context, cfg Config) (report.Report, error) {
 	if err := os.MkdirAll(cfg.OutDir, 0o755); err != nil {
 		return report.Report{}, fmt.Errorf("output dir %s: %w", cfg.OutDir, err)
 	}
-	r := report.Report{Date: time.Now().UTC().Format("2006-01-02 15:04 UTC"), Mode: cfg.Plan.Mode, Machine: machine(), Notes: cfg.Plan.Notes}
+	commit, err := commitOf(ctx)
+	if err != nil {
+		return report.Report{}, err
+	}
+	r := report.Report{Date: time.Now().UTC().Format("2006-01-02 15:04 UTC"), Commit: commit, Mode: cfg.Plan.Mode, Machine: machine(), Notes: cfg.Plan.Notes}
 	r.Notes = append(r.Notes, fixedNotes...)
 	peerBin, err := peerFor(ctx, cfg.Plan, &r)
 	if err != nil {
 		return r, err
 	}
+	binDir, err := filepath.Abs(filepath.Join(cfg.OutDir, "bin"))
+	if err != nil {
+		return r, fmt.Errorf("output dir: %w", err)
+	}
+	if err := os.MkdirAll(binDir, 0o755); err != nil {
+		return r, fmt.Errorf("output dir %s: %w", binDir, err)
+	}
+	proxyBin, err := apicount.Build(ctx, binDir)
+	if err != nil {
+		return r, err
+	}
 	for i, f := range cfg.Plan.Fleets {
-		scen, err := runFleet(ctx, cfg, f, i == 0, hasPeer(f, peerBin), &r)
+		scen, err := runFleet(ctx, cfg, f, i == 0 && cfg.Plan.AgentIdle > 0, hasPeer(f, peerBin), proxyBin, &r)
 		r.Scenarios = append(r.Scenarios, scen...)
 		if err != nil {
 			_ = write(cfg.OutDir, r)
@@ -178,15 +226,15 @@ func Run(ctx context.Context, cfg Config) (report.Report, error) {
 }
 
 var fixedNotes = []string{
-	"Per-node time is simulated: reboot (drain included: the simulated nodes run no workloads) plus driver load; the realistic time is a 10-minute node upgrade scaled 1:30.",
-	"Wall time runs from the start of `npu-hooks rollout` (a real process, run with the chart's hook arguments) to its exit 0; the driver DaemonSet replacing its pods before it (what `helm upgrade --wait` waits for) is not counted.",
-	"Requests are counted by a proxy between `npu-hooks rollout` and the API server; writes include the Events it records (one NPUDriverUpgrade per node patch that changes the state, naming every state it passes; RebootRequired) and its Lease renewals. `delete pods` are the re-roll of device-plugin and exporter pods found started before their node's driver was ready.",
+	"Per-node time is simulated: reboot (drain included: the simulated nodes' ordinary pods need no eviction) plus driver load; the realistic time is a 10-minute node upgrade scaled 1:30 (time scale 1:30), BENCH=realistic's 300 s are unscaled.",
+	"Wall time in the first table runs from the start of `npu-hooks rollout` (a real process, run with the chart's hook arguments) to its exit; the comparison with the peer uses the clock both sides share, from the version bump to the last node seen done by the benchmark's watch, the driver DaemonSet replacing its pods and the rollout's start-up inside it.",
+	"Requests are counted by a proxy process of their own between `npu-hooks rollout` and the API server (another one for the peer); writes include the Events it records (one NPUDriverUpgrade per node patch that changes the state, naming every state it passes; RebootRequired) and its Lease renewals (its 15 s lease, renewed every 3 s, unscaled). `delete pods` are the re-roll of device-plugin and exporter pods found started before their node's driver was ready.",
 	"Step latency: receive times of the node and pod watches of the benchmark process (Go monotonic clock), from what allowed a step to the rollout's write taking it seen; it includes the rollout's queueing behind other nodes' steps and the API server's latency under the load of the whole fleet. The rollout takes every transition the cluster allows in one node patch (e.g. no state → reboot-required, validation-required → up to date), so a step counts only where something had to happen first: budget freed (a queued node admitted after a node in progress finished), boot ID changed (leaving reboot-required), driver-ready and pods Ready again (leaving validation-required: the node's driver-ready=true with the new version and its driver, device-plugin and exporter pods Ready again after the reboot, whichever came last), driver ready → re-roll (the deletion of pods started before the driver was ready); previous step done only for a state the rollout left in a write of its own.",
 	"The node side (rebooter, driver entry, health-watch of every KWOK node) is played in the benchmark process with the product's pure decision functions on in-memory hosts and unlimited reboot slots; KWOK keeps the nodes Ready during their simulated reboot. The real agents are separate processes, so one pass of a simulated node plays each of them on the node its predecessor's write returned, without a watch round trip between them, and the driver load runs from the boot.",
 	"The benchmark also plays the kubelet's part in a reboot: a new boot ID, and the node's pods of the chart namespace restarted in place (same pod UID), not re-created. From the boot the device-plugin and exporter pods are held not Ready, their containers waiting as behind their `validate --wait` init container; the driver pod restarts once the driver load completes; the held pods start once the driver pod is Ready again and the node has driver-ready=true. A hold and a start are one write each to the pod's status (the start: Running and Ready, containers started now, restart count one up), so the pods start after the driver became ready and the rollout has nothing to re-roll. The driver pod shows the Ready of the previous boot until the driver load completes (the rollout waits for the new driver-version label meanwhile). Pods the node lifecycle controller marked not Ready (a late Lease renewal) get their Ready written back, as a kubelet's status sync does.",
 }
 
-func runFleet(ctx context.Context, cfg Config, f Fleet, agents bool, peerBin string, r *report.Report) ([]report.Scenario, error) {
+func runFleet(ctx context.Context, cfg Config, f Fleet, agents bool, peerBin, proxyBin string, r *report.Report) ([]report.Scenario, error) {
 	log := cfg.Log.WithField("nodes", f.Nodes)
 	dir := filepath.Join(cfg.OutDir, fmt.Sprintf("n%d", f.Nodes))
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -221,7 +269,8 @@ func runFleet(ctx context.Context, cfg Config, f Fleet, agents bool, peerBin str
 		r.Agents, r.Wedge = ag, wedge
 	}
 	start := time.Now()
-	bed, err := scenario.Setup(ctx, scenario.Config{Env: env, Nodes: f.Nodes, Dir: dir, HeartbeatEvery: beat, PeerBinary: peerBin, Log: log})
+	bed, err := scenario.Setup(ctx, scenario.Config{Env: env, Nodes: f.Nodes, Dir: dir, HeartbeatEvery: beat, PeerBinary: peerBin,
+		PeerApart: f.PeerApart && peerBin != "", ProxyBinary: proxyBin, Log: log})
 	if err != nil {
 		return nil, err
 	}
@@ -229,14 +278,14 @@ func runFleet(ctx context.Context, cfg Config, f Fleet, agents bool, peerBin str
 	log.WithField("took", time.Since(start).Round(time.Second)).Info("fleet installed")
 	var out []report.Scenario
 	for _, spec := range f.Specs {
-		slog := log.WithFields(logrus.Fields{"parallelism": spec.Parallelism.Label, "perNode": spec.Timing.Total()})
+		slog := log.WithFields(logrus.Fields{"parallelism": spec.Parallelism.Label, "perNode": spec.Timing.Total(), "together": spec.Together})
 		slog.Info("rollout")
 		spec.ExtraArgs = cfg.RolloutArgs
 		s, err := bed.Run(ctx, spec)
 		if err != nil {
 			return out, fmt.Errorf("scenario N=%d parallelism %s per-node %s: %w", f.Nodes, spec.Parallelism.Label, spec.Timing.Total(), err)
 		}
-		slog.WithFields(logrus.Fields{"wall": fmt.Sprintf("%.1fs", s.Wall), "writesPerNode": fmt.Sprintf("%.1f", s.WritesPerNode()),
+		slog.WithFields(logrus.Fields{"wall": fmt.Sprintf("%.1fs", s.Wall), "fromBump": fmt.Sprintf("%.1fs", s.FromBump()), "writesPerNode": fmt.Sprintf("%.1f", s.WritesPerNode()),
 			"peakMiB": fmt.Sprintf("%.0f", s.RolloutPeakMB), "stepP99": fmt.Sprintf("%.3fs", s.Steps.P99),
 			"podsRestartedInPlace": s.SimPodRestarts,
 			"heartbeatMaxLag":      fmt.Sprintf("%.1fs", s.SimHeartbeatMaxLag)}).Info("rollout done")
@@ -277,7 +326,12 @@ func Rerender(jsonPaths []string, dir string) (report.Report, error) {
 		if len(jsonPaths) > 1 && r.Mode != "" && (one.Mode != r.Mode || one.Machine != r.Machine) {
 			return r, fmt.Errorf("%s is a %s run on %+v, the others %s on %+v: not one table", p, one.Mode, one.Machine, r.Mode, r.Machine)
 		}
-		r.Mode, r.Machine = one.Mode, one.Machine
+		// One table is one commit: rows measured at different commits
+		// compare different code.
+		if len(jsonPaths) > 1 && r.Mode != "" && (one.Commit != r.Commit || one.Commit == "" || strings.HasSuffix(one.Commit, "-dirty")) {
+			return r, fmt.Errorf("%s was measured at commit %q, the others at %q: not one table (re-run the fleet sizes at one clean commit)", p, one.Commit, r.Commit)
+		}
+		r.Mode, r.Machine, r.Commit = one.Mode, one.Machine, one.Commit
 		if one.PeerLibrary != "" {
 			r.PeerLibrary = one.PeerLibrary
 		}
@@ -329,4 +383,31 @@ func machine() report.Machine {
 
 func measureAgents(ctx context.Context, env *testbed.Env, dir string, idle time.Duration, log logrus.FieldLogger) ([]report.Agent, *report.Wedge, error) {
 	return agents.Measure(ctx, agents.Config{Env: env, Dir: dir, Idle: idle, Log: log})
+}
+
+// commitOf names the checkout measured: its HEAD, "-dirty" when it has
+// uncommitted changes.
+func commitOf(ctx context.Context) (string, error) {
+	root, err := testbed.RepoRoot()
+	if err != nil {
+		return "", err
+	}
+	head, err := exec.CommandContext(ctx, "git", "-C", root, "rev-parse", "--short=12", "HEAD").Output()
+	if err != nil {
+		return "", fmt.Errorf("git rev-parse HEAD in %s: %w", root, err)
+	}
+	status, err := exec.CommandContext(ctx, "git", "-C", root, "status", "--porcelain", "--untracked-files=no").Output()
+	if err != nil {
+		return "", fmt.Errorf("git status in %s: %w", root, err)
+	}
+	return describeCommit(string(head), string(status)), nil
+}
+
+// describeCommit is the commit with "-dirty" when status lists changes.
+func describeCommit(head, status string) string {
+	c := strings.TrimSpace(head)
+	if strings.TrimSpace(status) != "" {
+		c += "-dirty"
+	}
+	return c
 }

@@ -77,9 +77,9 @@ func TestHeartbeatStaysWithinTheGracePeriod(t *testing.T) {
 func TestRerenderMakesOneTableOfSeveralRuns(t *testing.T) {
 	dir := t.TempDir()
 	m := report.Machine{CPU: "x", Cores: 2}
-	small := report.Report{Date: "d1", Mode: "full", Machine: m, Scenarios: []report.Scenario{{Nodes: 100}},
+	small := report.Report{Date: "d1", Commit: "abc", Mode: "full", Machine: m, Scenarios: []report.Scenario{{Nodes: 100}},
 		Agents: []report.Agent{{Name: "npu-rebooter run"}}, Notes: []string{"a"}}
-	big := report.Report{Date: "d2", Mode: "full", Machine: m, Scenarios: []report.Scenario{{Nodes: 5000}, {Nodes: 5000}}, Notes: []string{"a", "b"}}
+	big := report.Report{Date: "d2", Commit: "abc", Mode: "full", Machine: m, Scenarios: []report.Scenario{{Nodes: 5000}, {Nodes: 5000}}, Notes: []string{"a", "b"}}
 	paths := []string{filepath.Join(dir, "small.json"), filepath.Join(dir, "big.json")}
 	for i, r := range []report.Report{small, big} {
 		b, err := json.Marshal(r)
@@ -112,6 +112,69 @@ func TestRerenderMakesOneTableOfSeveralRuns(t *testing.T) {
 	if _, err := Rerender(paths, out); err == nil || !strings.Contains(err.Error(), "not one table") {
 		t.Fatalf("a quick and a full run must not merge, got %v", err)
 	}
+	// Runs at two commits, or at a dirty one, are not one table either.
+	for _, commit := range []string{"def", "abc-dirty"} {
+		big.Mode, big.Commit = "full", commit
+		b, _ = json.Marshal(big)
+		if err := os.WriteFile(paths[1], b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := Rerender(paths, out); err == nil || !strings.Contains(err.Error(), "not one table") {
+			t.Fatalf("runs at commits abc and %s must not merge, got %v", commit, err)
+		}
+	}
+}
+
+func TestDescribeCommit(t *testing.T) {
+	if got := describeCommit("abc123\n", ""); got != "abc123" {
+		t.Errorf("clean: %q", got)
+	}
+	if got := describeCommit("abc123\n", " M tests/bench/x.go\n"); got != "abc123-dirty" {
+		t.Errorf("changed: %q", got)
+	}
+}
+
+// BENCH=realistic: N = 10, 300 s per node in real time, 2 at once, both
+// sides at the same time on fleets of their own; every other scenario
+// runs at 1:30 with the peer's timers alike.
+func TestRealisticPlanIsUnscaledAndTogether(t *testing.T) {
+	p, err := PlanFor("realistic")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(p.Fleets) != 1 || p.Fleets[0].Nodes != 10 || !p.Fleets[0].PeerApart || len(p.Fleets[0].Specs) != 1 {
+		t.Fatalf("realistic fleets %+v: want one of 10 nodes, the peer's apart, one scenario", p.Fleets)
+	}
+	s := p.Fleets[0].Specs[0]
+	if s.Timing.Total() != 300*time.Second || s.TimeScale != 1 || s.Parallelism.MaxParallelUpgrades(10) != 2 || !s.Peer || !s.Together {
+		t.Fatalf("realistic scenario %+v: want 300 s per node, real time, 2 at once, together with the peer", s)
+	}
+	for _, mode := range []string{"quick", "full"} {
+		p, _ := PlanFor(mode)
+		for _, f := range p.Fleets {
+			for _, s := range f.Specs {
+				if s.TimeScale != Scaled {
+					t.Errorf("%s N=%d %s: time scale %v, want %v", mode, f.Nodes, s.Parallelism.Label, s.TimeScale, Scaled)
+				}
+			}
+		}
+	}
+	full, _ := PlanFor("full")
+	last := full.Fleets[len(full.Fleets)-1]
+	if last.Nodes != 10000 || last.Specs[0].Peer {
+		t.Errorf("full's last fleet %+v: want 10,000 nodes, npu-stack alone", last)
+	}
+}
+
+func TestOnlyResizesTheQuickFleet(t *testing.T) {
+	quick, _ := PlanFor("quick")
+	p, err := quick.Only([]int{20})
+	if err != nil || len(p.Fleets) != 1 || p.Fleets[0].Nodes != 20 || len(p.Fleets[0].Specs) != len(quick.Fleets[0].Specs) {
+		t.Fatalf("quick -nodes 20: %+v, %v", p.Fleets, err)
+	}
+	if quick.Fleets[0].Nodes != 100 {
+		t.Fatal("resizing changed the plan it came from")
+	}
 }
 
 func TestPlansRunThePeerWhereTheReportComparesIt(t *testing.T) {
@@ -127,8 +190,8 @@ func TestPlansRunThePeerWhereTheReportComparesIt(t *testing.T) {
 			}
 		}
 	}
-	if len(peers) != 1 || !strings.HasPrefix(peers[0], "N=100 ") {
-		t.Fatalf("quick runs the peer in %v: want one scenario at N = 100", peers)
+	if len(peers) != 2 || !strings.HasPrefix(peers[0], "N=100 ") {
+		t.Fatalf("quick runs the peer in %v: want two scenarios at N = 100 (one after npu-stack, one at once)", peers)
 	}
 	full, err := PlanFor("full")
 	if err != nil {
@@ -136,7 +199,7 @@ func TestPlansRunThePeerWhereTheReportComparesIt(t *testing.T) {
 	}
 	for _, f := range full.Fleets {
 		for _, s := range f.Specs {
-			if want := f.Nodes == 100 || f.Nodes == 1000; s.Peer != want {
+			if want := f.Nodes == 100 || f.Nodes == 1000; s.Peer != want || s.Together {
 				t.Errorf("full, N=%d %s %s: peer %t, want %t", f.Nodes, s.Parallelism.Label, s.Timing.Total(), s.Peer, want)
 			}
 		}

@@ -1,0 +1,106 @@
+package report
+
+import (
+	"fmt"
+	"strings"
+)
+
+// peerTargets are the comparison's targets, each stated whether or not
+// this run measured it:
+//   - in the unscaled scenario run at once with the peer, npu-stack's wall
+//     ≤ 1.02 × the physical limit (the peer's multiple shown beside it);
+//   - npu-stack's requests per node ≤ 0.3 × the peer's, Lease writes
+//     aside, in every scenario with the peer;
+//   - npu-stack's API-server CPU per node ≤ 0.3 × the peer's, in every
+//     scenario where the two were measured apart.
+func peerTargets(ss []Scenario) []Target {
+	wall := Target{Name: "npu-stack's wall, unscaled, at once with the peer", Want: fmt.Sprintf("≤ %.2f × ceil(N/p) × t", MaxRealisticMultiple),
+		NotMeasured: true, Got: "not in this run (BENCH=realistic measures it)"}
+	var walls []string
+	wallMet := true
+	reqs := Target{Name: "npu-stack's API requests per node upgraded (Lease writes aside)", Want: fmt.Sprintf("≤ %.1f × the peer's, in every scenario", MaxPeerShare),
+		NotMeasured: true, Got: "no scenario with the peer in this run"}
+	var reqMiss, reqAll []string
+	cpu := Target{Name: "npu-stack's API-server CPU per node upgraded", Want: fmt.Sprintf("≤ %.1f × the peer's, in every scenario measured apart", MaxPeerShare),
+		NotMeasured: true, Got: "no scenario with the peer run apart in this run"}
+	var cpuMiss, cpuAll []string
+	for _, s := range ss {
+		if s.Peer == nil {
+			continue
+		}
+		if s.Together && s.Limit > 0 {
+			m := s.LimitMultiple(s.FromBump())
+			walls = append(walls, fmt.Sprintf("%s: %.3f × (%s against %s); the peer %.3f × (%s)", s.Name(), m, fmtSec(s.FromBump()), fmtSec(s.Limit),
+				s.LimitMultiple(s.Peer.Wall), fmtSec(s.Peer.Wall)))
+			wallMet = wallMet && m <= MaxRealisticMultiple
+		}
+		ours, theirs := s.Side(), s.Peer.Side()
+		if t := theirs.RequestsNoLeasePerNode(); t > 0 {
+			share := ours.RequestsNoLeasePerNode() / t
+			line := fmt.Sprintf("%s: %.2f (%.1f against %.1f)", s.Name(), share, ours.RequestsNoLeasePerNode(), t)
+			reqAll = append(reqAll, line)
+			if share > MaxPeerShare {
+				reqMiss = append(reqMiss, line)
+			}
+		}
+		o, ok1 := ours.APIServerCPUPerNode()
+		t, ok2 := theirs.APIServerCPUPerNode()
+		if ok1 && ok2 && t > 0 {
+			share := o / t
+			line := fmt.Sprintf("%s: %.2f (%s against %s per node)", s.Name(), share, fmtSec(Seconds(o)), fmtSec(Seconds(t)))
+			cpuAll = append(cpuAll, line)
+			if share > MaxPeerShare {
+				cpuMiss = append(cpuMiss, line)
+			}
+		}
+	}
+	if len(walls) > 0 {
+		wall.NotMeasured, wall.Met, wall.Got = false, wallMet, strings.Join(walls, "; ")
+	}
+	judge(&reqs, reqAll, reqMiss)
+	judge(&cpu, cpuAll, cpuMiss)
+	return []Target{wall, reqs, cpu}
+}
+
+// judge fills a share target from its scenarios: met when none missed;
+// Got names the misses, or every scenario when all met.
+func judge(t *Target, all, missed []string) {
+	if len(all) == 0 {
+		return
+	}
+	t.NotMeasured, t.Met = false, len(missed) == 0
+	if t.Met {
+		t.Got = strings.Join(all, "; ")
+		return
+	}
+	t.Got = fmt.Sprintf("missed in %d of %d scenarios: %s", len(missed), len(all), strings.Join(missed, "; "))
+}
+
+// tenThousand are the targets of npu-stack alone at N = 10,000 (full
+// mode): the rollout's peak RSS and its step latency.
+func tenThousand(ss []Scenario) []Target {
+	rss := Target{Name: "`npu-hooks rollout` peak RSS at 10,000 nodes", Want: fmt.Sprintf("< %d MiB", MaxRolloutPeakMiB10k),
+		NotMeasured: true, Got: "not in this run (BENCH=full measures it)"}
+	lat := Target{Name: "step latency p99 at 10,000 nodes", Want: fmt.Sprintf("< %.0f s", MaxStepP99Seconds),
+		NotMeasured: true, Got: "not in this run (BENCH=full measures it)"}
+	var worstRSS, worstLat *Scenario
+	for i, s := range ss {
+		if s.Nodes != 10000 {
+			continue
+		}
+		if worstRSS == nil || s.RolloutPeakMB > worstRSS.RolloutPeakMB {
+			worstRSS = &ss[i]
+		}
+		if worstLat == nil || s.Steps.P99 > worstLat.Steps.P99 {
+			worstLat = &ss[i]
+		}
+	}
+	if s := worstRSS; s != nil {
+		rss.NotMeasured, rss.Met, rss.Got = false, s.RolloutPeakMB < MaxRolloutPeakMiB10k, fmt.Sprintf("%.0f MiB (%s)", s.RolloutPeakMB, s.Name())
+	}
+	if s := worstLat; s != nil {
+		lat.NotMeasured, lat.Met = false, float64(s.Steps.P99) < MaxStepP99Seconds
+		lat.Got = fmt.Sprintf("%s (p50 %s, %d steps; %s)", fmtSec(s.Steps.P99), fmtSec(s.Steps.P50), s.Steps.N, s.Name())
+	}
+	return []Target{rss, lat}
+}
