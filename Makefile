@@ -89,7 +89,7 @@ fuzz: ## short fuzz run of the npu-smi parser (FUZZTIME, default 20s)
 # for the README figures); quick = N 100 in under 3 minutes, for CI. It
 # fails only on broken function, never on a slow figure.
 BENCH ?= full
-bench: controlplane ## rollouts of 100 to 5,000 KWOK nodes measured; results in .cache/bench/results.{md,json} (BENCH=quick|full)
+bench: controlplane ## rollouts of KWOK fleets measured against NVIDIA's upgrade library; results in .cache/bench/results.{md,json} (BENCH=quick|realistic|full)
 	$(GO) run ./tests/cmd/npu-bench --mode $(BENCH) --out .cache/bench
 
 lint: ## gofmt, go vet and golangci-lint
