@@ -1,5 +1,6 @@
-// npu-bench is `make bench`: driver rollouts of 100 to 5,000 simulated NPU
-// nodes on a local control plane, measured against the targets of issue 7.
+// npu-bench is `make bench`: driver rollouts of simulated NPU fleets (10 to
+// 10,000 nodes) on a local control plane, npu-stack's and NVIDIA's upgrade
+// library's on one clock, measured against the targets the report states.
 // It writes results.md and results.json to --out and exits non-zero only
 // when something is broken, never because a figure missed its target.
 package main
@@ -21,14 +22,14 @@ import (
 )
 
 func main() {
-	mode := flag.String("mode", envOr("BENCH", "full"), "quick (N = 100, for CI) or full (N = 100, 1,000, 5,000)")
+	mode := flag.String("mode", envOr("BENCH", "full"), "quick (N = 100, for CI), realistic (N = 10, 300 s per node in real time, both sides at once) or full (N = 100 to 10,000, scaled 1:30)")
 	out := flag.String("out", ".cache/bench", "directory for results.md, results.json and logs")
 	var extra stringList
 	flag.Var(&extra, "rollout-arg", "extra argument of every `npu-hooks rollout` (repeatable), to try a setting before changing its default")
 	debug := flag.Bool("debug", false, "log the simulated nodes' steps (kubelet restarts, retried failures) too")
 	keep := flag.Bool("keep-controlplane", false, "keep each control plane's directory (component logs, KWOK's among them) under --out")
 	var only intList
-	flag.Var(&only, "nodes", "run only the fleets of these sizes of the mode (comma-separated, e.g. 5000); results.json then holds only them")
+	flag.Var(&only, "nodes", "run only the fleets of these sizes of the mode (comma-separated, e.g. 5000; in quick mode one size of any value, e.g. 20); results.json then holds only them")
 	render := flag.String("render", "", "only re-render results.md (with the targets re-evaluated) from this results.json, into --out; several, comma-separated, make one table of runs of different -nodes")
 	flag.Parse()
 	if *render != "" {
