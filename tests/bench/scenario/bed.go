@@ -155,7 +155,7 @@ func Setup(ctx context.Context, cfg Config) (*Bed, error) {
 	b.vals = map[string]any{
 		"namespace": Namespace,
 		"driver": map[string]any{"version": firstVersion, "upgradePolicy": map[string]any{
-			"autoUpgrade": true, "maxParallelUpgrades": 1, "maxUnavailable": "100%", "rebootTimeoutSeconds": 3600,
+			"autoUpgrade": true, "maxParallelUpgrades": 1, "maxUnavailable": maxUnavailable, "rebootTimeoutSeconds": 3600,
 		}},
 		// The simulator is every node's rebooter.
 		"rebooter": map[string]any{"enabled": false},
@@ -185,6 +185,10 @@ func Setup(ctx context.Context, cfg Config) (*Bed, error) {
 	}
 	return b, nil
 }
+
+// maxUnavailable is both sides' maxUnavailable: parallelism is what the
+// scenarios vary.
+const maxUnavailable = "100%"
 
 // peerFleetLabel marks the nodes of the peer's own fleet (PeerApart).
 const peerFleetLabel = "bench.npu-stack.openfuyao.com/peer-fleet"

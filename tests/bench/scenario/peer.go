@@ -34,7 +34,6 @@ func (b *Bed) runPeer(ctx context.Context, spec Spec, gate peerrun.Gate) (*repor
 	b.peerVersions++
 	version := fmt.Sprintf("1.%d.0", b.peerVersions)
 	name := fmt.Sprintf("peer-n%d-p%s-t%s", n, strings.TrimSuffix(spec.Parallelism.Label, "%"), spec.Timing.Total())
-	pol := b.vals["driver"].(map[string]any)["upgradePolicy"].(map[string]any)
 	requeue := scaled(peerrun.PlannedRequeue, spec.TimeScale)
 	if spec.PeerTimeout == 0 {
 		spec.PeerTimeout = peerTimeout(peerNodes(n, spec.PeerSample), spec.Parallelism.Effective(n), spec.Timing.Total(), requeue)
@@ -62,7 +61,7 @@ func (b *Bed) runPeer(ctx context.Context, spec Spec, gate peerrun.Gate) (*repor
 	defer cancel()
 	want := peerNodes(n, spec.PeerSample)
 	p, start, wall, err := f.Race(runCtx, peerrun.ProcessConfig{Binary: b.cfg.PeerBinary, Kubeconfig: b.peerKubecfg,
-		MaxParallelUpgrades: spec.Parallelism.MaxParallelUpgrades(n), MaxUnavailable: fmt.Sprint(pol["maxUnavailable"]), TimeScale: spec.TimeScale,
+		MaxParallelUpgrades: spec.Parallelism.MaxParallelUpgrades(n), MaxUnavailable: maxUnavailable, TimeScale: spec.TimeScale,
 		LogPath: filepath.Join(b.cfg.Dir, name+".log"), TracePath: filepath.Join(b.cfg.Dir, name+".reconciles.jsonl")}, version, stall, want, clock)
 	if p != nil {
 		defer func() { _, _ = p.Stop() }()

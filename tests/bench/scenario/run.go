@@ -90,7 +90,8 @@ func (b *Bed) runNPUStack(ctx context.Context, spec Spec, gate peerrun.Gate) (re
 	pol := drv["upgradePolicy"].(map[string]any)
 	pol["maxParallelUpgrades"] = spec.Parallelism.MaxParallelUpgrades(n)
 
-	done := b.watchUpgraded(ctx, version)
+	done, stopWatch := b.watchUpgraded(ctx, version)
+	defer stopWatch()
 	upStart := gate()
 	cpu0, err := b.apiServerCPU()
 	if err != nil {
@@ -165,12 +166,12 @@ func (b *Bed) runNPUStack(ctx context.Context, spec Spec, gate peerrun.Gate) (re
 	return out, checkFunction(out)
 }
 
-// watchUpgraded starts watching the fleet's N nodes; the function it
-// returns waits (at most the given time longer) until every one of them
-// is on version with no upgrade state and schedulable, and returns when
-// the benchmark's watch saw the last of them so: the same kind of event
-// as the one that stops the peer's clock.
-func (b *Bed) watchUpgraded(ctx context.Context, version string) func(time.Duration) (time.Time, error) {
+// watchUpgraded starts watching the fleet's N nodes until stop; wait
+// waits (at most the given time longer) until every one of them is on
+// version with no upgrade state and schedulable, and returns when the
+// benchmark's watch saw the last of them so: the same kind of event as
+// the one that stops the peer's clock.
+func (b *Bed) watchUpgraded(ctx context.Context, version string) (wait func(time.Duration) (time.Time, error), stop func()) {
 	ctx, cancel := context.WithCancel(ctx)
 	var at time.Time
 	result := make(chan error, 1)
@@ -193,14 +194,13 @@ func (b *Bed) watchUpgraded(ctx context.Context, version string) func(time.Durat
 		})
 	}()
 	return func(grace time.Duration) (time.Time, error) {
-		defer cancel()
 		select {
 		case err := <-result:
 			return at, err
 		case <-time.After(grace):
 			return time.Time{}, fmt.Errorf("not all %d nodes seen on driver %s within %s of the rollout's exit", b.cfg.Nodes, version, grace)
 		}
-	}
+	}, cancel
 }
 
 // rollout runs npu-hooks rollout with the chart's arguments, as the hook
