@@ -71,11 +71,17 @@ func (b *Bed) addWorkloadsOn(ctx context.Context, selector string) error {
 		}
 	}
 	want := WorkloadPodsPerNode * len(nodes.Items)
+	selected := map[string]bool{}
+	for _, n := range nodes.Items {
+		selected[n.Name] = true
+	}
 	var running int
+	// The namespace may hold another fleet's pods already (the peer's
+	// nodes get theirs after npu-stack's): only these nodes' count.
 	err = testbed.WaitFor(ctx, testbed.PodsLW(env.Client, WorkloadNamespace, ""), &corev1.Pod{}, func(pods []*corev1.Pod) (bool, error) {
 		running = 0
 		for _, p := range pods {
-			if p.Status.Phase == corev1.PodRunning {
+			if p.Status.Phase == corev1.PodRunning && selected[p.Spec.NodeName] {
 				running++
 			}
 		}
