@@ -112,7 +112,14 @@ func TestPeerTargets(t *testing.T) {
 	// the peer's multiple is shown. Requests 9.5 against 24.1 (0.39): not
 	// met. CPU not separable: not measured.
 	real := peerScenario(10, "2", 300, 1520, 1900, 95, 212)
-	real.Together, real.Limit, real.Upgraded, real.Peer.Upgraded = true, 1500, 10, 10
+	real.Together, real.Limit, real.Upgraded, real.Peer.Upgraded, real.TimeScale = true, 1500, 10, 10, 1
+	// The same scenario scaled (quick mode's) is not what the wall target
+	// is judged on.
+	scaledTogether := real
+	scaledTogether.TimeScale = 1.0 / 30
+	if w := byName(peerTargets([]Scenario{scaledTogether}))[wallT]; !w.NotMeasured {
+		t.Errorf("wall target %+v of a scaled scenario: want not measured", w)
+	}
 	m := byName(peerTargets([]Scenario{real}))
 	if w := m[wallT]; w.NotMeasured || !w.Met || !strings.Contains(w.Got, "1.013 ×") || !strings.Contains(w.Got, "the peer 1.267 ×") {
 		t.Errorf("wall target %+v: want met at 1.013 with the peer's 1.267", w)
