@@ -11,11 +11,13 @@ CP_DIR ?= $(CURDIR)/.cache/controlplane
 export NPU_STACK_CP_DIR := $(CP_DIR)
 ENGINES_DIR ?= $(CURDIR)/.cache/engines
 export NPU_STACK_ENGINES_DIR := $(ENGINES_DIR)
+NODES_DIR ?= $(CURDIR)/.cache/nodes
+export NPU_STACK_NODES_DIR := $(NODES_DIR)
 # Integration tests start a control plane per test binary; keep them
 # sequential on small machines.
 TEST_FLAGS ?= -count=1 -p 1 -timeout 45m
 
-.PHONY: all build check test unit fuzz bench lint controlplane engines demo cluster cluster-down clean help images chart
+.PHONY: all build check test unit fuzz bench lint controlplane engines nodes demo cluster cluster-down clean help images chart
 
 all: build
 
@@ -69,7 +71,10 @@ controlplane: ## build etcd, kube-apiserver, controller-manager, scheduler, kube
 engines: ## build the deployers the tests drive (helm v3/v4, helmfile, Flux helm-controller, Argo CD) once into .cache/engines
 	bash ci/build-engines.sh
 
-test: controlplane engines ## run every test (unit and integration on the local control plane)
+nodes: ## build what real test-bed nodes run (kubelet, containerd, runc, CNI plugins, crictl, pause) once into .cache/nodes
+	bash ci/build-nodes.sh
+
+test: controlplane engines nodes ## run every test (unit and integration on the local control plane)
 	$(GO) test $(TEST_FLAGS) ./...
 
 # The fast loop: what needs no control plane (lint, the unit tests and the
