@@ -142,8 +142,15 @@ func Start(ctx context.Context, opts Options) (_ *ControlPlane, err error) {
 		"--service-account-key-file="+cp.pki.SAPub,
 		"--service-account-signing-key-file="+cp.pki.SAKey,
 		"--service-cluster-ip-range=10.96.0.0/16",
-		// RBAC for real, so the chart's least-privilege roles are tested.
-		"--authorization-mode=RBAC",
+		// RBAC for real, so the chart's least-privilege roles are tested;
+		// the Node authorizer and NodeRestriction admission, as on every
+		// kubeadm cluster, for the real nodes' kubelets (system:node:<name>).
+		"--authorization-mode=Node,RBAC",
+		"--enable-admission-plugins=NodeRestriction",
+		// The API server's client certificate towards kubelets (logs,
+		// exec): a real node's kubelet authenticates it against the CA.
+		"--kubelet-client-certificate="+cp.pki.AdminCert,
+		"--kubelet-client-key="+cp.pki.AdminKey,
 		"--allow-privileged=true",
 		"--profiling=false",
 		// Loopback is not a valid endpoint for the kubernetes Service; pods

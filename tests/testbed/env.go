@@ -19,6 +19,7 @@ import (
 	"github.com/openfuyao/npu-stack/internal/contract"
 	"github.com/openfuyao/npu-stack/internal/host/simhost"
 	"github.com/openfuyao/npu-stack/tests/testbed/procnode"
+	"github.com/openfuyao/npu-stack/tests/testbed/realnode"
 )
 
 // Env is a control plane plus freshly built npu-stack binaries and the
@@ -35,6 +36,8 @@ type Env struct {
 
 	mu        sync.Mutex
 	procNodes []*procnode.Node
+	realNodes []*realnode.Node
+	kit       *realNodeKit
 	seq       int
 }
 
@@ -212,17 +215,23 @@ func (e *Env) nextName(prefix string) string {
 	return name
 }
 
-// Stop stops the process nodes (killing their pods' processes) and the
-// control plane.
+// Stop stops the real nodes (every process, namespace, mount, veth and
+// cgroup of theirs), the process nodes (killing their pods' processes)
+// and the control plane.
 func (e *Env) Stop() error {
 	e.mu.Lock()
-	nodes := e.procNodes
-	e.procNodes = nil
+	nodes, real := e.procNodes, e.realNodes
+	e.procNodes, e.realNodes = nil, nil
 	e.mu.Unlock()
+	var errs []error
+	for _, n := range real {
+		errs = append(errs, n.Stop())
+	}
 	for _, n := range nodes {
 		n.Stop()
 	}
-	return e.ControlPlane.Stop()
+	errs = append(errs, e.ControlPlane.Stop())
+	return errors.Join(errs...)
 }
 
 // Main is the body of a TestMain: it starts one Env for the whole test

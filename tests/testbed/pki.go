@@ -12,13 +12,19 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"time"
 )
 
 // pki is the throw-away certificate authority of one control plane: a
 // serving certificate for the API server on loopback, an admin client
 // certificate (group system:masters) and the service-account signing key.
+// It keeps the CA's key in memory to issue client certificates later
+// (real nodes' kubelets).
 type pki struct {
+	ca                      *x509.Certificate
+	caKey                   *ecdsa.PrivateKey
+	serial                  atomic.Int64
 	CAFile, CAPEM           string
 	ServingCert, ServingKey string
 	AdminCert, AdminKey     string
@@ -50,7 +56,8 @@ func newPKI(dir string) (*pki, error) {
 	if err != nil {
 		return nil, fmt.Errorf("parse CA certificate: %w", err)
 	}
-	p := &pki{}
+	p := &pki{ca: ca, caKey: caKey}
+	p.serial.Store(100)
 	p.CAPEM = string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}))
 	p.CAFile = filepath.Join(dir, "ca.crt")
 	if err := os.WriteFile(p.CAFile, []byte(p.CAPEM), 0o600); err != nil {
@@ -125,4 +132,40 @@ func newPKI(dir string) (*pki, error) {
 		}
 	}
 	return p, nil
+}
+
+// issueClientCert signs a client certificate for the user cn in the groups
+// orgs (the API server's x509 authenticator reads the subject so), valid
+// for a day: a test bed lives minutes.
+func (p *pki) issueClientCert(cn string, orgs []string) (certPEM, keyPEM []byte, err error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, nil, fmt.Errorf("generate key for %s: %w", cn, err)
+	}
+	now := time.Now()
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(p.serial.Add(1)),
+		Subject:      pkix.Name{CommonName: cn, Organization: orgs},
+		NotBefore:    now.Add(-time.Hour),
+		NotAfter:     now.Add(24 * time.Hour),
+		KeyUsage:     x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, p.ca, &key.PublicKey, p.caKey)
+	if err != nil {
+		return nil, nil, fmt.Errorf("sign certificate for %s: %w", cn, err)
+	}
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		return nil, nil, fmt.Errorf("marshal key for %s: %w", cn, err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
+		pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), nil
+}
+
+// IssueClientCert signs a client certificate for user cn in groups orgs
+// with the control plane's CA: a real node's kubelet joins as
+// system:node:<name> in group system:nodes with one.
+func (c *ControlPlane) IssueClientCert(cn string, orgs ...string) (certPEM, keyPEM []byte, err error) {
+	return c.pki.issueClientCert(cn, orgs)
 }

@@ -1,0 +1,282 @@
+// Package realnode runs a real Kubernetes node for the test bed: the
+// upstream kubelet, containerd 2.x with its CRI plugin, runc and the CNI
+// plugins, in the node's own mount, network, PID, UTS and IPC namespaces,
+// the way kind's nodes are containers. The node's init (realnode/nodeinit)
+// gives it its own root file system (noderoot), the test bed's control
+// plane and registry are reachable at their loopback addresses through
+// forwarders, and the kubelet joins as system:node:<name> with a client
+// certificate of the control plane's CA. Stop ends every process,
+// namespace, mount, veth and cgroup the node made.
+package realnode
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
+)
+
+// Config describes one real node.
+type Config struct {
+	// Name is the node's name, host name and kubelet identity.
+	Name string
+	// Dir is the node's directory on the host: its /var (kubelet and
+	// containerd state, logs), the upper layers of its /etc and /usr.
+	Dir string
+	// BinDir holds kubelet, containerd, containerd-shim-runc-v2, runc and
+	// crictl; CNIDir the CNI plugins (ci/build-nodes.sh).
+	BinDir, CNIDir string
+	// InitBinary is the built realnode/nodeinit.
+	InitBinary string
+	// APIServer is the control plane's https://127.0.0.1:<port>; the node
+	// reaches it at the same address, and pods at ServiceIP:443.
+	APIServer string
+	// ServiceIP is the cluster IP of the default/kubernetes Service.
+	ServiceIP string
+	// CAPEM is the control plane's CA; CertPEM and KeyPEM the kubelet's
+	// client certificate (system:node:<Name>, group system:nodes).
+	CAPEM, CertPEM, KeyPEM []byte
+	// Registry is the test bed's registry host (127.0.0.1:<port>), reached
+	// by containerd at the same address.
+	Registry string
+	// SandboxImage is the pause image in Registry.
+	SandboxImage string
+	// PodCIDR is the node's pod subnet (host-local IPAM of the bridge).
+	PodCIDR string
+	// Labels are the kubelet's --node-labels.
+	Labels map[string]string
+}
+
+// Node is a running real node.
+type Node struct {
+	cfg     Config
+	init    *exec.Cmd
+	initErr chan error
+	pidNS   string // "pid:[inode]" of the node's PID namespace
+	net     nodeNet
+	fwds    []*forwarder
+	daemons []*exec.Cmd
+}
+
+// Start brings the node up to a running kubelet; it does not wait for
+// the node to be Ready (the test bed's WaitNode does). On error
+// everything started is stopped.
+func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
+	for _, b := range []string{"kubelet", "containerd", "containerd-shim-runc-v2", "runc", "crictl"} {
+		if _, err := os.Stat(filepath.Join(cfg.BinDir, b)); err != nil {
+			return nil, fmt.Errorf("node %s: %s missing in %s: run `make nodes` (ci/build-nodes.sh) first", cfg.Name, b, cfg.BinDir)
+		}
+	}
+	api, err := url.Parse(cfg.APIServer)
+	if err != nil || api.Port() == "" {
+		return nil, fmt.Errorf("node %s: API server address %q: want https://127.0.0.1:<port>", cfg.Name, cfg.APIServer)
+	}
+	n := &Node{cfg: cfg}
+	defer func() {
+		if err != nil {
+			err = errors.Join(err, n.Stop())
+		}
+	}()
+	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
+		return nil, fmt.Errorf("node %s: %w", cfg.Name, err)
+	}
+	if err := sweepCgroups(); err != nil {
+		return nil, fmt.Errorf("node %s: cgroups of earlier test runs: %w", cfg.Name, err)
+	}
+	if err := n.createCgroupRoot(); err != nil {
+		return nil, err
+	}
+	if err := n.startInit(); err != nil {
+		return nil, err
+	}
+	pid := strconv.Itoa(n.init.Process.Pid)
+	if n.net, err = setupNetwork(ctx, n.init.Process.Pid, cfg.ServiceIP); err != nil {
+		return nil, fmt.Errorf("node %s: network: %w", cfg.Name, err)
+	}
+	nsPath := "/proc/" + pid + "/ns/net"
+	for _, f := range [][2]string{
+		{api.Host, api.Host},
+		{cfg.ServiceIP + ":443", api.Host},
+		{cfg.Registry, cfg.Registry},
+	} {
+		fw, err := startForwarder(nsPath, f[0], f[1])
+		if err != nil {
+			return nil, fmt.Errorf("node %s: %w", cfg.Name, err)
+		}
+		n.fwds = append(n.fwds, fw)
+	}
+	// The configuration goes into the node's /etc overlay, which is
+	// mounted already: write through the node's root.
+	if err := n.writeNodeFiles(n.Path("/etc")); err != nil {
+		return nil, err
+	}
+	if err := n.startDaemon("containerd", "--config", containerdConfig); err != nil {
+		return nil, err
+	}
+	if err := n.waitContainerd(ctx); err != nil {
+		return nil, err
+	}
+	args := []string{
+		"--config=" + kubeletConfig,
+		"--kubeconfig=" + kubeletKubeconfig,
+		"--hostname-override=" + cfg.Name,
+		"--node-ip=" + n.net.nodeIP,
+		"--v=2",
+	}
+	if len(cfg.Labels) > 0 {
+		args = append(args, "--node-labels="+labelFlag(cfg.Labels))
+	}
+	if err := n.startDaemon("kubelet", args...); err != nil {
+		return nil, err
+	}
+	return n, nil
+}
+
+// startInit starts nodeinit in new namespaces and waits for its report
+// that the node's root is built.
+func (n *Node) startInit() error {
+	plan, err := n.rootPlan()
+	if err != nil {
+		return err
+	}
+	planPath := filepath.Join(n.cfg.Dir, "root-plan.json")
+	if err := plan.Write(planPath); err != nil {
+		return err
+	}
+	log, err := os.OpenFile(filepath.Join(n.cfg.Dir, "init.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return fmt.Errorf("node %s: %w", n.cfg.Name, err)
+	}
+	defer log.Close()
+	r, w, err := os.Pipe()
+	if err != nil {
+		return fmt.Errorf("node %s: %w", n.cfg.Name, err)
+	}
+	defer r.Close()
+	cmd := exec.Command(n.cfg.InitBinary, planPath)
+	cmd.Stdout, cmd.Stderr = log, log
+	cmd.ExtraFiles = []*os.File{w}
+	cmd.SysProcAttr = &syscall.SysProcAttr{
+		Cloneflags: syscall.CLONE_NEWNS | syscall.CLONE_NEWNET | syscall.CLONE_NEWPID | syscall.CLONE_NEWUTS | syscall.CLONE_NEWIPC,
+		// The node dies with the test binary: the kernel kills the PID
+		// namespace's processes when its init ends.
+		Pdeathsig: syscall.SIGKILL,
+	}
+	if err := cmd.Start(); err != nil {
+		_ = w.Close()
+		return fmt.Errorf("node %s: start %s: %w", n.cfg.Name, n.cfg.InitBinary, err)
+	}
+	_ = w.Close()
+	n.init = cmd
+	n.initErr = make(chan error, 1)
+	go func() { n.initErr <- cmd.Wait() }()
+	if ns, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/pid", cmd.Process.Pid)); err == nil {
+		n.pidNS = ns
+	}
+	status := make([]byte, 4096)
+	k, _ := r.Read(status)
+	if msg := strings.TrimSpace(string(status[:k])); msg != "ok" {
+		return fmt.Errorf("node %s: init: %q (log %s)", n.cfg.Name, msg, filepath.Join(n.cfg.Dir, "init.log"))
+	}
+	return nil
+}
+
+// Path is where path inside the node is on the host while the node runs
+// (through its init's root).
+func (n *Node) Path(path string) string {
+	return fmt.Sprintf("/proc/%d/root%s", n.init.Process.Pid, path)
+}
+
+// Name is the node's name.
+func (n *Node) Name() string { return n.cfg.Name }
+
+// IP is the node's InternalIP.
+func (n *Node) IP() string { return n.net.nodeIP }
+
+// InitPID is the host PID of the node's init: `nsenter --target <pid>
+// --all` enters the node.
+func (n *Node) InitPID() int { return n.init.Process.Pid }
+
+// LogPath is the host path of a daemon's log ("kubelet", "containerd").
+func (n *Node) LogPath(daemon string) string {
+	return filepath.Join(n.cfg.Dir, dirVar, "log", daemon+".log")
+}
+
+// nsenterArgs run argv in every namespace of the node, in its root.
+func (n *Node) nsenterArgs(argv ...string) []string {
+	return append([]string{"--target", strconv.Itoa(n.init.Process.Pid),
+		"--mount", "--uts", "--ipc", "--net", "--pid", "--root", "--wd", "--"}, argv...)
+}
+
+// Command is a command run inside the node (its namespaces and root),
+// with the node's binaries first on PATH.
+func (n *Node) Command(ctx context.Context, argv ...string) *exec.Cmd {
+	cmd := exec.CommandContext(ctx, "nsenter", n.nsenterArgs(argv...)...)
+	cmd.Env = []string{"PATH=" + nodePath, "HOME=/root"}
+	return cmd
+}
+
+// Crictl runs crictl on the node and returns its output.
+func (n *Node) Crictl(ctx context.Context, args ...string) ([]byte, error) {
+	out, err := n.Command(ctx, append([]string{BinDir + "/crictl"}, args...)...).Output()
+	if err != nil {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			return out, fmt.Errorf("node %s: crictl %s: %w: %s", n.cfg.Name, strings.Join(args, " "), err, ee.Stderr)
+		}
+		return out, fmt.Errorf("node %s: crictl %s: %w", n.cfg.Name, strings.Join(args, " "), err)
+	}
+	return out, nil
+}
+
+func (n *Node) startDaemon(name string, args ...string) error {
+	log, err := os.OpenFile(n.LogPath(name), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return fmt.Errorf("node %s: %w", n.cfg.Name, err)
+	}
+	defer log.Close()
+	cmd := exec.Command("nsenter", n.nsenterArgs(append([]string{BinDir + "/" + name}, args...)...)...)
+	cmd.Env = []string{"PATH=" + nodePath, "HOME=/root"}
+	cmd.Stdout, cmd.Stderr = log, log
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("node %s: start %s: %w", n.cfg.Name, name, err)
+	}
+	n.daemons = append(n.daemons, cmd)
+	go func() { _ = cmd.Wait() }()
+	return nil
+}
+
+// waitContainerd polls crictl until containerd's CRI answers: start-up
+// has nothing to watch.
+func (n *Node) waitContainerd(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	var last error
+	err := wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		select {
+		case err := <-n.initErr:
+			n.initErr <- err
+			return false, fmt.Errorf("init exited: %w", err)
+		default:
+		}
+		_, last = n.Crictl(ctx, "--timeout=2s", "info")
+		return last == nil, nil
+	})
+	if err != nil && last != nil {
+		return fmt.Errorf("node %s: waiting for containerd (log %s): %w (last: %w)", n.cfg.Name, n.LogPath("containerd"), err, last)
+	}
+	if err != nil {
+		return fmt.Errorf("node %s: waiting for containerd (log %s): %w", n.cfg.Name, n.LogPath("containerd"), err)
+	}
+	return nil
+}

@@ -1,0 +1,91 @@
+package realnode
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/openfuyao/npu-stack/tests/testbed/realnode/noderoot"
+)
+
+// Host-side layout of a node's directory (Config.Dir).
+const (
+	dirRoot  = "rootfs" // mount point of the node's "/" (in its namespace)
+	dirUpper = "upper"  // upper layers of the /etc and /usr overlays
+	dirWork  = "work"   // overlay work directories
+	dirVar   = "var"    // the node's /var: kubelet, containerd, logs
+)
+
+// rootPlan is the node's root file system: the host's /usr and /etc as
+// overlays whose writes stay in the node (a driver installer writes
+// /usr/local and /etc), its own /var, /run, /tmp, /root and /dev, the
+// host's /sys (the kubelet and runc need its cgroup hierarchies), and the
+// node's binaries read-only under /opt. Nothing else of the host (no /work,
+// no /home, no host /run) is visible in the node.
+func (n *Node) rootPlan() (noderoot.Plan, error) {
+	d := n.cfg.Dir
+	for _, sub := range []string{dirRoot, dirVar, filepath.Join(dirUpper, "etc"), filepath.Join(dirUpper, "usr"),
+		filepath.Join(dirWork, "etc"), filepath.Join(dirWork, "usr"), filepath.Join(dirVar, "log")} {
+		if err := os.MkdirAll(filepath.Join(d, sub), 0o755); err != nil {
+			return noderoot.Plan{}, fmt.Errorf("node %s: %w", n.cfg.Name, err)
+		}
+	}
+	overlay := func(dir string) noderoot.Mount {
+		return noderoot.Mount{Source: "overlay", Target: "/" + dir, Type: "overlay", Data: fmt.Sprintf(
+			"lowerdir=/%s,upperdir=%s,workdir=%s", dir, filepath.Join(d, dirUpper, dir), filepath.Join(d, dirWork, dir))}
+	}
+	tmpfs := func(target, mode string) noderoot.Mount {
+		return noderoot.Mount{Source: "tmpfs", Target: target, Type: "tmpfs", Data: "mode=" + mode}
+	}
+	p := noderoot.Plan{
+		Root:     filepath.Join(d, dirRoot),
+		Hostname: n.cfg.Name,
+		Mounts: []noderoot.Mount{
+			overlay("usr"),
+			overlay("etc"),
+			{Source: filepath.Join(d, dirVar), Target: "/var"},
+			tmpfs("/run", "755"),
+			tmpfs("/tmp", "1777"),
+			tmpfs("/root", "700"),
+			tmpfs("/opt", "755"),
+			{Source: n.cfg.BinDir, Target: BinDir, ReadOnly: true},
+			{Source: n.cfg.CNIDir, Target: cniBinDir, ReadOnly: true},
+			{Source: "/sys", Target: "/sys", Recursive: true},
+			tmpfs("/dev", "755"),
+			{Source: "devpts", Target: "/dev/pts", Type: "devpts", Data: "newinstance,ptmxmode=0666,mode=0620"},
+			tmpfs("/dev/shm", "1777"),
+		},
+		Symlinks: []noderoot.Symlink{
+			{Path: "/dev/ptmx", Target: "pts/ptmx"},
+			{Path: "/dev/fd", Target: "/proc/self/fd"},
+			{Path: "/dev/stdin", Target: "/proc/self/fd/0"},
+			{Path: "/dev/stdout", Target: "/proc/self/fd/1"},
+			{Path: "/dev/stderr", Target: "/proc/self/fd/2"},
+			{Path: "/var/run", Target: "../run"},
+		},
+	}
+	// The character devices every machine has; /dev/kmsg for the
+	// kubelet's OOM watcher.
+	for _, dev := range []string{"null", "zero", "full", "random", "urandom", "tty", "kmsg"} {
+		p.Mounts = append(p.Mounts, noderoot.Mount{Source: "/dev/" + dev, Target: "/dev/" + dev})
+	}
+	// bin, sbin, lib, lib64: symlinks into /usr on a merged-/usr host
+	// (Debian 12, Ubuntu, openEuler), read-only binds otherwise.
+	for _, top := range []string{"bin", "sbin", "lib", "lib32", "lib64", "libx32"} {
+		host := "/" + top
+		st, err := os.Lstat(host)
+		switch {
+		case err != nil:
+			continue
+		case st.Mode()&os.ModeSymlink != 0:
+			target, err := os.Readlink(host)
+			if err != nil {
+				return p, fmt.Errorf("node %s: %w", n.cfg.Name, err)
+			}
+			p.Symlinks = append(p.Symlinks, noderoot.Symlink{Path: host, Target: target})
+		case st.IsDir():
+			p.Mounts = append(p.Mounts, noderoot.Mount{Source: host, Target: host, ReadOnly: true})
+		}
+	}
+	return p, nil
+}

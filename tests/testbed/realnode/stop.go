@@ -1,0 +1,96 @@
+package realnode
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// stopTimeout bounds the init's own stop (it gives the node's processes
+// 10 s) before it is killed.
+const stopTimeout = 20 * time.Second
+
+// Stop ends the node: SIGTERM to its init, which passes it to every
+// process of the node (kubelet, containerd, shims, containers) and exits;
+// the kernel then kills anything left in the PID namespace and, with the
+// last process, drops the node's mount namespace (every mount made in
+// it) and network namespace. Stop closes the forwarders (their sockets
+// hold the network namespace), deletes the veth and removes the node's
+// cgroups. The Node object stays in the API, NotReady, as after a power
+// loss. Stop is safe to call more than once.
+func (n *Node) Stop() error {
+	var errs []error
+	if n.init != nil && n.init.Process != nil {
+		_ = n.init.Process.Signal(syscall.SIGTERM)
+		timer := time.NewTimer(stopTimeout)
+		select {
+		case err := <-n.initErr:
+			n.initErr <- err
+		case <-timer.C:
+			_ = n.init.Process.Kill()
+			err := <-n.initErr
+			n.initErr <- err
+		}
+		timer.Stop()
+	}
+	for _, f := range n.fwds {
+		errs = append(errs, f.close())
+	}
+	n.fwds = nil
+	for _, d := range n.daemons {
+		// nsenter ends with its child; make sure.
+		_ = d.Process.Kill()
+	}
+	n.daemons = nil
+	errs = append(errs, n.net.deleteVeth())
+	errs = append(errs, n.removeCgroups())
+	return errors.Join(errs...)
+}
+
+// Leftovers lists what of the node still exists on the host after Stop:
+// processes in its PID namespace, its veth, its cgroups, mounts under its
+// directory. Empty when the teardown was complete.
+func (n *Node) Leftovers() ([]string, error) {
+	var left []string
+	if n.pidNS != "" {
+		procs, err := os.ReadDir("/proc")
+		if err != nil {
+			return nil, fmt.Errorf("leftovers: %w", err)
+		}
+		for _, p := range procs {
+			if _, err := strconv.Atoi(p.Name()); err != nil {
+				continue
+			}
+			if ns, err := os.Readlink(filepath.Join("/proc", p.Name(), "ns", "pid")); err == nil && ns == n.pidNS {
+				left = append(left, "process "+p.Name()+" in the node's PID namespace")
+			}
+		}
+	}
+	if n.net.vethName != "" {
+		if _, err := os.Stat(filepath.Join("/sys/class/net", n.net.vethName)); err == nil {
+			left = append(left, "veth "+n.net.vethName)
+		}
+	}
+	cgs, err := cgroupLeftovers(n.cfg.Name)
+	if err != nil {
+		return nil, err
+	}
+	for _, c := range cgs {
+		left = append(left, "cgroup "+c)
+	}
+	mi, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return nil, fmt.Errorf("leftovers: %w", err)
+	}
+	for _, line := range strings.Split(string(mi), "\n") {
+		if strings.Contains(line, n.cfg.Dir) {
+			left = append(left, "mount "+line)
+		}
+	}
+	return left, nil
+}
