@@ -71,6 +71,9 @@ type Node struct {
 // the node to be Ready (the test bed's WaitNode does). On error
 // everything started is stopped.
 func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
+	if os.Geteuid() != 0 {
+		return nil, fmt.Errorf("node %s: a real node needs root (namespaces, mounts, veths, cgroups); run the tests as root", cfg.Name)
+	}
 	for _, b := range []string{"kubelet", "containerd", "containerd-shim-runc-v2", "runc", "crictl"} {
 		if _, err := os.Stat(filepath.Join(cfg.BinDir, b)); err != nil {
 			return nil, fmt.Errorf("node %s: %s missing in %s: run `make nodes` (ci/build-nodes.sh) first", cfg.Name, b, cfg.BinDir)
@@ -95,7 +98,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if err := n.createCgroupRoot(); err != nil {
 		return nil, err
 	}
-	if err := n.startInit(); err != nil {
+	if err := n.startInit(ctx); err != nil {
 		return nil, err
 	}
 	pid := strconv.Itoa(n.init.Process.Pid)
@@ -143,7 +146,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 
 // startInit starts nodeinit in new namespaces and waits for its report
 // that the node's root is built.
-func (n *Node) startInit() error {
+func (n *Node) startInit(ctx context.Context) error {
 	plan, err := n.rootPlan()
 	if err != nil {
 		return err
@@ -182,12 +185,22 @@ func (n *Node) startInit() error {
 	if ns, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/pid", cmd.Process.Pid)); err == nil {
 		n.pidNS = ns
 	}
-	status := make([]byte, 4096)
-	k, _ := r.Read(status)
-	if msg := strings.TrimSpace(string(status[:k])); msg != "ok" {
-		return fmt.Errorf("node %s: init: %q (log %s)", n.cfg.Name, msg, filepath.Join(n.cfg.Dir, "init.log"))
+	// The init reports "ok" or its error, or dies (EOF) trying.
+	status := make(chan string, 1)
+	go func() {
+		b := make([]byte, 4096)
+		k, _ := r.Read(b)
+		status <- strings.TrimSpace(string(b[:k]))
+	}()
+	select {
+	case msg := <-status:
+		if msg != "ok" {
+			return fmt.Errorf("node %s: init: %q (log %s)", n.cfg.Name, msg, filepath.Join(n.cfg.Dir, "init.log"))
+		}
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("node %s: waiting for its init to build the root: %w", n.cfg.Name, ctx.Err())
 	}
-	return nil
 }
 
 // Path is where path inside the node is on the host while the node runs

@@ -95,6 +95,11 @@ func (p Plan) Apply() error {
 		if err := os.MkdirAll(filepath.Dir(target), 0o755); err != nil {
 			return fmt.Errorf("symlink %s: %w", l.Path, err)
 		}
+		// A node started again on its directory (its /var persists, as a
+		// disk does) finds its links in place.
+		if cur, err := os.Readlink(target); err == nil && cur == l.Target {
+			continue
+		}
 		if err := os.Symlink(l.Target, target); err != nil {
 			return fmt.Errorf("symlink %s -> %s: %w", l.Path, l.Target, err)
 		}
