@@ -62,6 +62,7 @@ type Node struct {
 	init    *exec.Cmd
 	initErr chan error
 	pidNS   string // "pid:[inode]" of the node's PID namespace
+	netNS   string // "net:[inode]" of its network namespace
 	net     nodeNet
 	fwds    []*forwarder
 	daemons []*exec.Cmd
@@ -182,9 +183,8 @@ func (n *Node) startInit(ctx context.Context) error {
 	n.init = cmd
 	n.initErr = make(chan error, 1)
 	go func() { n.initErr <- cmd.Wait() }()
-	if ns, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/pid", cmd.Process.Pid)); err == nil {
-		n.pidNS = ns
-	}
+	n.pidNS, _ = os.Readlink(fmt.Sprintf("/proc/%d/ns/pid", cmd.Process.Pid))
+	n.netNS, _ = os.Readlink(fmt.Sprintf("/proc/%d/ns/net", cmd.Process.Pid))
 	// The init reports "ok" or its error, or dies (EOF) trying.
 	status := make(chan string, 1)
 	go func() {

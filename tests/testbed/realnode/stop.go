@@ -69,6 +69,9 @@ func (n *Node) Leftovers() ([]string, error) {
 			if ns, err := os.Readlink(filepath.Join("/proc", p.Name(), "ns", "pid")); err == nil && ns == n.pidNS {
 				left = append(left, "process "+p.Name()+" in the node's PID namespace")
 			}
+			if ns, err := os.Readlink(filepath.Join("/proc", p.Name(), "ns", "net")); err == nil && n.netNS != "" && ns == n.netNS {
+				left = append(left, "process "+p.Name()+" in the node's network namespace")
+			}
 		}
 	}
 	if n.net.vethName != "" {
