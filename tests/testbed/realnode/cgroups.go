@@ -39,7 +39,7 @@ func cgroupMounts() ([]string, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cgroup hierarchies: %w", err)
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }()
 	var out []string
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {

@@ -137,13 +137,13 @@ func listenIn(nsPath, addr string) (net.Listener, error) {
 			ch <- result{err: err}
 			return
 		}
-		defer own.Close()
+		defer func() { _ = own.Close() }()
 		target, err := os.Open(nsPath)
 		if err != nil {
 			ch <- result{err: err}
 			return
 		}
-		defer target.Close()
+		defer func() { _ = target.Close() }()
 		if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
 			ch <- result{err: fmt.Errorf("enter %s: %w", nsPath, err)}
 			return
@@ -199,7 +199,7 @@ func (f *forwarder) track(c net.Conn, add bool) bool {
 }
 
 func (f *forwarder) relay(in net.Conn) {
-	defer in.Close()
+	defer func() { _ = in.Close() }()
 	if !f.track(in, true) {
 		return
 	}
@@ -208,7 +208,7 @@ func (f *forwarder) relay(in net.Conn) {
 	if err != nil {
 		return
 	}
-	defer out.Close()
+	defer func() { _ = out.Close() }()
 	done := make(chan struct{}, 2)
 	cp := func(dst, src net.Conn) {
 		_, _ = io.Copy(dst, src)

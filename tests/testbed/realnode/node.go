@@ -160,12 +160,12 @@ func (n *Node) startInit(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("node %s: %w", n.cfg.Name, err)
 	}
-	defer log.Close()
+	defer func() { _ = log.Close() }()
 	r, w, err := os.Pipe()
 	if err != nil {
 		return fmt.Errorf("node %s: %w", n.cfg.Name, err)
 	}
-	defer r.Close()
+	defer func() { _ = r.Close() }()
 	cmd := exec.Command(n.cfg.InitBinary, planPath)
 	cmd.Stdout, cmd.Stderr = log, log
 	cmd.ExtraFiles = []*os.File{w}
@@ -256,7 +256,7 @@ func (n *Node) startDaemon(name string, args ...string) error {
 	if err != nil {
 		return fmt.Errorf("node %s: %w", n.cfg.Name, err)
 	}
-	defer log.Close()
+	defer func() { _ = log.Close() }()
 	cmd := exec.Command("nsenter", n.nsenterArgs(append([]string{BinDir + "/" + name}, args...)...)...)
 	cmd.Env = []string{"PATH=" + nodePath, "HOME=/root"}
 	cmd.Stdout, cmd.Stderr = log, log

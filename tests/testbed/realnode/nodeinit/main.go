@@ -34,10 +34,10 @@ const stopGrace = 10 * time.Second
 func main() {
 	status := os.NewFile(3, "status")
 	if err := setup(); err != nil {
-		fmt.Fprintf(status, "nodeinit: %v\n", err)
+		_, _ = fmt.Fprintf(status, "nodeinit: %v\n", err)
 		os.Exit(1)
 	}
-	fmt.Fprintln(status, "ok")
+	_, _ = fmt.Fprintln(status, "ok")
 	_ = status.Close()
 	os.Exit(serve())
 }
