@@ -261,7 +261,7 @@ func (w *Watcher) nodeUnreachable(res Result, obs Observation, local localDecisi
 	w.logProbe(res, local.State, obs)
 	// The problem is not reported yet (no Event without the Node): keep
 	// what was reported so the next probe with the Node reports it.
-	local.State.Problem = w.state.Problem
+	local.Problem = w.state.Problem
 	w.state = local.State
 	w.markerSeen = obs.Marker && !local.RemoveMarker
 	w.metrics.observe(res, local.State, (obs.WedgeRecorded || local.RecordWedge) && !local.ClearWedge)
