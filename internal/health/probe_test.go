@@ -167,7 +167,7 @@ func probeWithin(t *testing.T, p Prober, limit time.Duration, beforeReturn func(
 func TestProbeAbandonsAnNPUSMIThatNeverExits(t *testing.T) {
 	root, hang, starts := hangingSMI(t)
 	clk := clocktesting.NewFakeClock(time.Now())
-	p := NewProber(&host.Linux{Root: root, NPUSMIPath: "/npu-smi"}, clk, 30*time.Second)
+	p := NewProber(&host.Linux{Root: "/", NPUSMIPath: filepath.Join(root, "npu-smi")}, clk, 30*time.Second)
 	if r := p.Probe(context.Background(), 8); !r.OK {
 		t.Fatalf("stand-in npu-smi without hang: %+v", r)
 	}

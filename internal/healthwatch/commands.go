@@ -41,6 +41,7 @@ const Name = "npu-healthwatch"
 type shared struct {
 	global   cli.GlobalOptions
 	hostRoot string
+	npuSMI   string
 	// sim is the simulated machine a unit test hands in, nil otherwise.
 	sim host.Host
 }
@@ -50,20 +51,27 @@ func NewRoot() *cobra.Command { return newRoot(&shared{}) }
 
 func newRoot(s *shared) *cobra.Command {
 	root := cli.NewRoot(Name, "Per-node NPU chip health-watch, driver entry gate, validator and CDI generator", &s.global)
-	root.PersistentFlags().StringVar(&s.hostRoot, "host-root", "/", "where the host's / is mounted in this container (the chart mounts each host path at its own path, so /)")
+	root.PersistentFlags().StringVar(&s.hostRoot, "host-root", "/", "where the host's / is mounted in this container (the chart mounts it at /host); every host path flag is resolved under it")
+	root.PersistentFlags().StringVar(&s.npuSMI, "npu-smi", "", "npu-smi as a host path; empty searches /usr/local/sbin/npu-smi, /usr/local/bin/npu-smi, then <driver-root>/tools/npu-smi")
 	root.AddCommand(s.installBinary(), s.driverEntry(), s.watch(), s.validate(), s.cdi())
 	return root
 }
 
 func (s *shared) logger() (*logrus.Logger, error) { return s.global.Logger(os.Stderr) }
 
-// host is the machine this process acts on: the real one, or in a test
-// build the simulated one the test bed names (agenthost).
-func (s *shared) host() (host.Host, error) {
+// host is the machine this process acts on, with the driver tree at
+// driverRoot (a host path; empty = the installer's default): the real one,
+// or in a test build the simulated one the test bed names (agenthost).
+func (s *shared) host(driverRoot string) (host.Host, error) {
 	if s.sim != nil {
 		return s.sim, nil
 	}
-	h, err := agenthost.Select(host.NewLinux(s.hostRoot))
+	l := host.NewLinux(s.hostRoot)
+	l.NPUSMIPath = s.npuSMI
+	if driverRoot != "" {
+		l.DriverRoot = driverRoot
+	}
+	h, err := agenthost.Select(l)
 	if err != nil {
 		return nil, fmt.Errorf("choose the host: %w", err)
 	}
@@ -143,7 +151,7 @@ func (s *shared) driverEntry() *cobra.Command {
 			}
 			rec := kube.NewRecorder(client, Name)
 			defer rec.Shutdown()
-			h, err := s.host()
+			h, err := s.host(root)
 			if err != nil {
 				return err
 			}
@@ -159,7 +167,7 @@ func (s *shared) driverEntry() *cobra.Command {
 	f.StringVar(&node, "node-name", "", "this node's name (downward API spec.nodeName)")
 	f.StringVar(&domain, "label-domain", contract.DefaultDomain, "domain of the node-contract labels")
 	f.StringVar(&version, "driver-version", "", "desired driver version")
-	f.StringVar(&root, "driver-root", "/usr/local/Ascend/driver", "host directory of the driver tree")
+	f.StringVar(&root, "driver-root", host.DefaultDriverRoot, "host directory of the driver tree (driver.hostDriverPath or the profile's hostDriverPath)")
 	f.StringVar(&markers, "marker-dir", "/run/npu-stack", "host directory of the readiness markers")
 	return cmd
 }
@@ -169,6 +177,7 @@ func (s *shared) watch() *cobra.Command {
 		kc          kube.ClientOptions
 		cfg         health.Config
 		domain      string
+		driverRoot  string
 		markers     string
 		metricsAddr string
 		pluginSel   string
@@ -185,7 +194,7 @@ func (s *shared) watch() *cobra.Command {
 			if cfg.Keys, err = keys(domain); err != nil {
 				return err
 			}
-			h, err := s.host()
+			h, err := s.host(driverRoot)
 			if err != nil {
 				return err
 			}
@@ -228,6 +237,7 @@ func (s *shared) watch() *cobra.Command {
 	f.StringVar(&cfg.NodeName, "node-name", "", "this node's name (downward API spec.nodeName)")
 	f.StringVar(&domain, "label-domain", contract.DefaultDomain, "domain of the node-contract labels")
 	f.StringVar(&markers, "marker-dir", "/run/npu-stack", "host directory of the readiness markers")
+	f.StringVar(&driverRoot, "driver-root", host.DefaultDriverRoot, "host directory of the driver tree (its version.info, lib64 and tools/npu-smi)")
 	f.DurationVar(&cfg.Interval, "probe-interval", time.Minute, "time between two probes")
 	f.DurationVar(&cfg.Timeout, "probe-timeout", 30*time.Second, "a probe running longer fails (a hang is a failure)")
 	f.IntVar(&cfg.Policy.FailureThreshold, "failure-threshold", 3, "consecutive failed probes before the node is marked wedged")
@@ -296,7 +306,7 @@ func (s *shared) validate() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			h, err := s.host()
+			h, err := s.host(cfg.DriverRoot)
 			if err != nil {
 				return err
 			}
@@ -351,7 +361,7 @@ func (s *shared) cdi() *cobra.Command {
 			if output == "" {
 				return errors.New("--output is required, such as /var/run/cdi/huawei-com-npu.yaml")
 			}
-			h, err := s.host()
+			h, err := s.host(o.DriverRoot)
 			if err != nil {
 				return err
 			}
@@ -372,7 +382,7 @@ func (s *shared) cdi() *cobra.Command {
 	}
 	f := gen.Flags()
 	f.StringVar(&o.Kind, "kind", cdi.DefaultKind, "CDI kind (vendor/class) of the devices")
-	f.StringVar(&o.DriverRoot, "driver-root", "/usr/local/Ascend/driver", "host directory of the driver tree")
+	f.StringVar(&o.DriverRoot, "driver-root", host.DefaultDriverRoot, "host directory of the driver tree")
 	f.StringVar(&output, "output", "", "host path of the spec file to write")
 	group.AddCommand(gen)
 	return group

@@ -2,10 +2,8 @@ package host
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -19,9 +17,9 @@ type Linux struct {
 	// Root is where the host's / is mounted in this container ("/" when the
 	// agent runs directly on the host).
 	Root string
-	// NPUSMIBinary is the --npu-smi flag: npu-smi as a host path; empty
+	// NPUSMIPath is the --npu-smi flag: npu-smi as a host path; empty
 	// searches NPUSMIPaths, then <DriverRoot>/tools/npu-smi.
-	NPUSMIBinary string
+	NPUSMIPath string
 	// DriverRoot is the driver tree as a host path (driver.hostDriverPath);
 	// empty means DefaultDriverRoot.
 	DriverRoot string
@@ -36,6 +34,9 @@ type Linux struct {
 	// SystemdTimeout bounds a RebootSystemd request: connecting to the bus
 	// and systemd's answer. Zero means DefaultSystemdTimeout.
 	SystemdTimeout time.Duration
+	// ReadOnly reports whether a host path is on a read-only filesystem;
+	// nil means statfs(2). The simulated host models KubeOS's /usr with it.
+	ReadOnly func(hostPath string) (bool, error)
 	// Sysrq is how RebootSysrq reaches the kernel; nil means the real
 	// sync(2) and /proc files.
 	Sysrq *Sysrq
@@ -103,25 +104,4 @@ func (l *Linux) Reboot(ctx context.Context, method RebootMethod) error {
 	default:
 		return fmt.Errorf("unknown reboot method %q", method)
 	}
-}
-
-// InstallDriver runs the vendor's install command with the version in
-// NPU_DRIVER_VERSION; its output goes to this process's output, which is
-// the driver pod's log.
-func (l *Linux) InstallDriver(ctx context.Context, version string, argv []string) error {
-	if len(argv) == 0 {
-		return fmt.Errorf("install driver %s: no install command given", version)
-	}
-	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
-	cmd.Env = append(os.Environ(), "NPU_DRIVER_VERSION="+version)
-	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
-	err := cmd.Run()
-	var ee *exec.ExitError
-	if errors.As(err, &ee) {
-		return &ExitError{Command: strings.Join(argv, " "), Code: ee.ExitCode()}
-	}
-	if err != nil {
-		return fmt.Errorf("install driver %s: %w", version, err)
-	}
-	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -52,6 +53,9 @@ type Exec struct {
 	Args []string
 	// Env is the program's whole environment.
 	Env []string
+	// Output, if set, gets stdout and stderr as they come (an installer's
+	// log) instead of their being kept for the result.
+	Output io.Writer
 }
 
 // Runner runs e and returns its standard output. A non-zero exit is an
@@ -74,6 +78,9 @@ func ExecRunner(ctx context.Context, e Exec) ([]byte, error) {
 	}
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if e.Output != nil {
+		cmd.Stdout, cmd.Stderr = e.Output, e.Output
+	}
 	err := cmd.Run()
 	var ee *exec.ExitError
 	if errors.As(err, &ee) {
@@ -91,10 +98,10 @@ func command(e Exec) string { return strings.TrimSpace(e.Path + " " + strings.Jo
 // missing; the process then exits 127.
 const LoaderError = "error while loading shared libraries"
 
-// NPUSMIPath is the npu-smi this host runs, as a host path: the configured
+// FindNPUSMI is the npu-smi this host runs, as a host path: the configured
 // one if set, else the first of NPUSMIPaths and <driver-root>/tools/npu-smi
 // that exists. None there is a host problem.
-func (l *Linux) NPUSMIPath() (string, error) {
+func (l *Linux) FindNPUSMI() (string, error) {
 	candidates := l.npuSMICandidates()
 	for _, p := range candidates {
 		fi, err := os.Stat(l.Path(p))
@@ -103,15 +110,15 @@ func (l *Linux) NPUSMIPath() (string, error) {
 		}
 	}
 	what := fmt.Sprintf("npu-smi not found at %s under the host root %s", strings.Join(candidates, ", "), l.Root)
-	if l.NPUSMIBinary != "" {
+	if l.NPUSMIPath != "" {
 		return "", &ProblemError{What: what, Fix: "point --npu-smi (healthWatch.npuSMIPath) at the host's npu-smi, or leave it empty to search the vendor's install paths"}
 	}
 	return "", &ProblemError{What: what, Fix: "install the NPU driver on the node (its installer puts npu-smi into /usr/local/bin and /usr/local/sbin), or check that driver.hostDriverPath (or the node's driver.profiles[].hostDriverPath) is the driver tree holding tools/npu-smi"}
 }
 
 func (l *Linux) npuSMICandidates() []string {
-	if l.NPUSMIBinary != "" {
-		return []string{l.NPUSMIBinary}
+	if l.NPUSMIPath != "" {
+		return []string{l.NPUSMIPath}
 	}
 	return append(append([]string{}, NPUSMIPaths...), filepath.Join(l.driverRoot(), "tools", "npu-smi"))
 }
@@ -132,7 +139,7 @@ func (l *Linux) NPUSMIEnv() []string {
 // or cannot load its libraries (exit 127) is a host problem, never a chip
 // fault; any other non-zero exit is an *ExitError for the caller to judge.
 func (l *Linux) NPUSMI(ctx context.Context, args ...string) ([]byte, error) {
-	path, err := l.NPUSMIPath()
+	path, err := l.FindNPUSMI()
 	if err != nil {
 		return nil, err
 	}

@@ -46,8 +46,8 @@ func TestNPUSMIPathSearchOrder(t *testing.T) {
 			}
 			writeTree(t, root, files)
 			l := NewLinux(root)
-			l.NPUSMIBinary = tc.flag
-			got, err := l.NPUSMIPath()
+			l.NPUSMIPath = tc.flag
+			got, err := l.FindNPUSMI()
 			if tc.want != "" {
 				if err != nil || got != tc.want {
 					t.Fatalf("NPUSMIPath = %q, %v; want %q", got, err, tc.want)
@@ -193,7 +193,7 @@ func TestExecRunnerLoaderError(t *testing.T) {
 		t.Fatal(err)
 	}
 	l := NewLinux("/")
-	l.NPUSMIBinary = bin
+	l.NPUSMIPath = bin
 	_, err := l.NPUSMI(context.Background(), "info")
 	pe, ok := IsProblem(err)
 	if !ok || !strings.Contains(pe.What, "libdrvdsmi_host.so") || !strings.Contains(pe.What, LoaderError) {

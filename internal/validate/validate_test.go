@@ -11,6 +11,7 @@ import (
 	"github.com/sirupsen/logrus"
 	clocktesting "k8s.io/utils/clock/testing"
 
+	"github.com/openfuyao/npu-stack/internal/host"
 	"github.com/openfuyao/npu-stack/internal/host/simhost"
 	"github.com/openfuyao/npu-stack/internal/marker"
 )
@@ -45,7 +46,13 @@ func TestCheckNamesEveryFailure(t *testing.T) {
 		want   []string
 	}{
 		{name: "ready", driver: "25.5.0", setup: func(_ *Checker, h *simhost.Host) { setMarker(t, h) }},
-		{name: "fresh boot", want: []string{"marker /run/npu-stack/driver-ready is missing", "no NPU driver is loaded", "npu-smi info failed with code 255"}},
+		{name: "never installed", want: []string{"marker /run/npu-stack/driver-ready is missing", "no NPU driver is loaded", "npu-smi not found at /usr/local/sbin/npu-smi"}},
+		{name: "fresh boot", driver: "25.5.0", setup: func(_ *Checker, h *simhost.Host) {
+			_ = h.Reboot(context.Background(), host.RebootSystemd)
+			if _, err := h.CompleteReboot(); err != nil {
+				t.Fatal(err)
+			}
+		}, want: []string{"marker /run/npu-stack/driver-ready is missing", "no NPU driver is loaded", "npu-smi info failed with code 187"}},
 		{name: "old version loaded", driver: "25.3.0", setup: func(_ *Checker, h *simhost.Host) { setMarker(t, h) },
 			want: []string{"driver 25.3.0 is loaded, want 25.5.0"}},
 		{name: "no driver root", driver: "25.5.0", setup: func(c *Checker, h *simhost.Host) { setMarker(t, h); c.DriverRoot = "/var/lib/Ascend/driver" },

@@ -21,24 +21,28 @@ import (
 const EnvVar = "NPU_STACK_SIM_HOST"
 
 // Select returns the simulated host named by $NPU_STACK_SIM_HOST, else
-// real. In a build without the simulated host a set variable is an error.
-func Select(real host.Host) (host.Host, error) {
-	h, err := Simulated()
+// real. The simulated host answers through real's settings (driver root,
+// npu-smi path) over its own root, so the agent's flags are tested as on a
+// node. In a build without the simulated host a set variable is an error.
+func Select(real *host.Linux) (host.Host, error) {
+	h, err := simulatedAs(real)
 	if err != nil || h != nil {
 		return h, err
 	}
 	return real, nil
 }
 
-// Simulated returns the simulated host named by $NPU_STACK_SIM_HOST, nil
-// if the variable is unset. In a build without the simulated host a set
-// variable is an error.
-func Simulated() (host.Host, error) {
+// Simulated returns the simulated host named by $NPU_STACK_SIM_HOST (seen
+// by an agent with default settings), nil if the variable is unset. In a
+// build without the simulated host a set variable is an error.
+func Simulated() (host.Host, error) { return simulatedAs(host.NewLinux("/")) }
+
+func simulatedAs(flags *host.Linux) (host.Host, error) {
 	dir := os.Getenv(EnvVar)
 	if dir == "" {
 		return nil, nil
 	}
-	h, err := simulated(dir)
+	h, err := simulated(dir, flags)
 	if err != nil {
 		return nil, fmt.Errorf("%s=%s: %w", EnvVar, dir, err)
 	}

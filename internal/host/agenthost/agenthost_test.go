@@ -14,7 +14,7 @@ import (
 func TestSelect(t *testing.T) {
 	real := host.NewLinux("/")
 	t.Setenv(EnvVar, "")
-	if h, err := Select(real); err != nil || h != real {
+	if h, err := Select(real); err != nil || h != host.Host(real) {
 		t.Fatalf("variable unset: got %T, %v; want the real host", h, err)
 	}
 	dir := t.TempDir()
@@ -26,7 +26,7 @@ func TestSelect(t *testing.T) {
 		}
 		return
 	}
-	if err != nil || h == real || !strings.HasPrefix(h.Path("/run"), dir+string(filepath.Separator)) {
+	if err != nil || h == host.Host(real) || !strings.HasPrefix(h.Path("/run"), dir+string(filepath.Separator)) {
 		t.Fatalf("test build with %s set: got %T, %v; want the simulated host in %s", EnvVar, h, err, dir)
 	}
 }

@@ -11,6 +11,6 @@ import (
 // WithSimulatedHost: this build runs on the real host only.
 const WithSimulatedHost = false
 
-func simulated(string) (host.Host, error) {
+func simulated(string, *host.Linux) (host.Host, error) {
 	return nil, errors.New("the simulated host is for tests and is not in this build (only a build with the tag simhost has it); unset the variable")
 }

@@ -10,4 +10,6 @@ import (
 // WithSimulatedHost: this build can run on the simulated host.
 const WithSimulatedHost = true
 
-func simulated(dir string) (host.Host, error) { return simhost.Open(dir), nil }
+func simulated(dir string, flags *host.Linux) (host.Host, error) {
+	return simhost.OpenAs(dir, flags), nil
+}

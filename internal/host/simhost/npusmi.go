@@ -3,6 +3,10 @@ package simhost
 import (
 	"context"
 	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
 	"strings"
 
 	"github.com/openfuyao/npu-stack/internal/host"
@@ -20,7 +24,7 @@ func RunSMI(ctx context.Context, st State, args ...string) ([]byte, error) {
 		return nil, fmt.Errorf("%s: %w", cmd, ctx.Err())
 	case SMIFail:
 		out := []byte("dcmi module initialize failed. ret is -8005\n")
-		return out, &host.ExitError{Command: cmd, Code: 255, Output: out}
+		return out, &host.ExitError{Command: cmd, Code: dcmiInternalExit, Output: out}
 	case SMIRaw:
 		if st.SMIExitCode != 0 {
 			return []byte(st.SMIOutput), &host.ExitError{Command: cmd, Code: st.SMIExitCode, Output: []byte(st.SMIOutput)}
@@ -33,7 +37,7 @@ func RunSMI(ctx context.Context, st State, args ...string) ([]byte, error) {
 	}
 	if st.LoadedDriver == "" {
 		out := []byte("dcmi module initialize failed. ret is -8005\n")
-		return out, &host.ExitError{Command: cmd, Code: 255, Output: out}
+		return out, &host.ExitError{Command: cmd, Code: dcmiInternalExit, Output: out}
 	}
 	return []byte(infoTable(st)), nil
 }
@@ -88,3 +92,66 @@ func infoTable310P(st State) string {
 	}
 	return b.String()
 }
+
+// run is the simulated machine's program runner for host.Linux: it checks
+// what execve and the dynamic loader would (the program is an executable
+// file under the root; every library npu-smi links is in a directory of
+// its LD_LIBRARY_PATH or the installer's loader configuration) and then
+// prints what npu-smi prints in the machine's state.
+func (h *Host) run(ctx context.Context, e host.Exec) ([]byte, error) {
+	cmd := strings.TrimSpace(e.Path + " " + strings.Join(e.Args, " "))
+	fi, err := os.Stat(filepath.Join(e.Root, e.Path))
+	if err != nil {
+		return nil, fmt.Errorf("start %s: %w", cmd, err)
+	}
+	if !fi.Mode().IsRegular() || fi.Mode()&0o111 == 0 {
+		return nil, fmt.Errorf("start %s: %w", cmd, fs.ErrPermission)
+	}
+	if missing := missingLib(e); missing != "" {
+		msg := []byte(fmt.Sprintf("%s: %s: %s: cannot open shared object file: No such file or directory\n", e.Path, host.LoaderError, missing))
+		return nil, &host.ExitError{Command: cmd, Code: 127, Stderr: msg}
+	}
+	st, err := h.State()
+	if err != nil {
+		return nil, err
+	}
+	return RunSMI(ctx, st, e.Args...)
+}
+
+// missingLib is the first library of npu-smi the loader would not find,
+// "" if all are there.
+func missingLib(e host.Exec) string {
+	var dirs []string
+	for _, kv := range e.Env {
+		if v, ok := strings.CutPrefix(kv, "LD_LIBRARY_PATH="); ok {
+			dirs = append(dirs, strings.Split(v, ":")...)
+		}
+	}
+	if b, err := os.ReadFile(filepath.Join(e.Root, "/etc/ld.so.conf.d/ascend_driver_so.conf")); err == nil {
+		dirs = append(dirs, strings.Fields(string(b))...)
+	}
+	libs := make([]string, 0, len(driverLibs))
+	for lib := range driverLibs {
+		libs = append(libs, lib)
+	}
+	sort.Strings(libs)
+	for _, lib := range libs {
+		found := false
+		for _, d := range dirs {
+			if _, err := os.Stat(filepath.Join(e.Root, d, lib)); err == nil {
+				found = true
+				break
+			}
+		}
+		if !found {
+			return lib
+		}
+	}
+	return ""
+}
+
+// dcmiInternalExit is npu-smi's exit status when dcmi_init fails with
+// -8005 (internal error): main() ends with exit(npu_main(...)), so the
+// status is the code's low byte (hicann/driver main,
+// src/custom/dev_prod/user/npucli/src/npu_smi.c; -8005 & 0xff = 187).
+const dcmiInternalExit = 187

@@ -61,10 +61,22 @@ type State struct {
 	// RebootFailure, when set, makes Reboot fail with this message, like
 	// a reboot refused by the host's systemd.
 	RebootFailure string `json:"rebootFailure,omitempty"`
+	// DriverRoot is where the installer puts the driver tree (a host
+	// path); empty means DriverRoot.
+	DriverRoot string `json:"driverRoot,omitempty"`
+	// ReadOnly are host paths on read-only filesystems, such as /usr on
+	// KubeOS.
+	ReadOnly []string `json:"readOnly,omitempty"`
+	// InstallFailure, when set, makes the next install fail half-way with
+	// this message (exit 1), leaving a partial tree and no loaded driver.
+	InstallFailure string `json:"installFailure,omitempty"`
 	// Installs counts driver installs, across boots.
 	Installs           int      `json:"installs,omitempty"`
 	LastInstallCommand []string `json:"lastInstallCommand,omitempty"`
 }
+
+// baseDirs are made in every simulated root.
+var baseDirs = []string{"/dev", "/etc", "/lib/modules", "/run", "/sys/module", "/usr/local/bin", "/usr/local/sbin", "/var/lib"}
 
 // Spec describes a machine to create.
 type Spec struct {
@@ -73,12 +85,28 @@ type Spec struct {
 	// Driver, if set, is already loaded at first boot (a node whose
 	// driver was installed before npu-stack).
 	Driver string
+	// DriverRoot is where the driver tree goes (default DriverRoot).
+	DriverRoot string
+	// ReadOnly are host paths on read-only filesystems (KubeOS: /usr).
+	ReadOnly []string
 }
 
-// Host is a simulated machine rooted at Dir. It implements host.Host.
+func (st State) driverRoot() string {
+	if st.DriverRoot == "" {
+		return DriverRoot
+	}
+	return st.DriverRoot
+}
+
+// Host is a simulated machine rooted at Dir. It implements host.Host;
+// host paths, the loaded driver, npu-smi's location and environment and
+// the driver install's preconditions are answered by the production
+// host.Linux over Dir/root, whose only simulated parts are the programs
+// it runs (npu-smi, the installer) and which filesystems are read-only.
 type Host struct {
 	Dir   string
 	clock func() time.Time
+	linux host.Linux
 }
 
 var _ host.Host = (*Host)(nil)
@@ -88,13 +116,24 @@ func Create(dir string, spec Spec) (*Host, error) {
 	if spec.ChipCount < 0 {
 		return nil, fmt.Errorf("simulated host %s: negative chip count %d", dir, spec.ChipCount)
 	}
-	if err := os.MkdirAll(filepath.Join(dir, "root"), 0o755); err != nil {
-		return nil, fmt.Errorf("create simulated host %s: %w", dir, err)
+	// The directories every Linux root has, so that a check walking up
+	// a path (such as the read-only check) meets them as on a node.
+	for _, d := range baseDirs {
+		if err := os.MkdirAll(filepath.Join(dir, "root", d), 0o755); err != nil {
+			return nil, fmt.Errorf("create simulated host %s: %w", dir, err)
+		}
 	}
 	h := Open(dir)
-	st := State{BootID: newBootID(), BootTime: h.clock(), Chip: spec.Chip, ChipCount: spec.ChipCount, LoadedDriver: spec.Driver}
+	st := State{BootID: newBootID(), BootTime: h.clock(), Chip: spec.Chip, ChipCount: spec.ChipCount, LoadedDriver: spec.Driver,
+		DriverRoot: spec.DriverRoot, ReadOnly: spec.ReadOnly}
+	if spec.DriverRoot != "" {
+		h.linux.DriverRoot = spec.DriverRoot
+	}
 	if spec.Driver != "" {
 		if err := h.installFiles(st); err != nil {
+			return nil, err
+		}
+		if err := h.loadModules(); err != nil {
 			return nil, err
 		}
 		if err := h.createDevices(st); err != nil {
@@ -107,8 +146,32 @@ func Create(dir string, spec Spec) (*Host, error) {
 	return h, nil
 }
 
-// Open attaches to an existing simulated machine.
-func Open(dir string) *Host { return &Host{Dir: dir, clock: time.Now} }
+// Open attaches to an existing simulated machine, as an agent with the
+// default flags (driver tree host.DefaultDriverRoot, npu-smi searched).
+func Open(dir string) *Host {
+	flags := host.NewLinux("/")
+	h := OpenAs(dir, flags)
+	if st, err := h.State(); err == nil {
+		h.linux.DriverRoot = st.driverRoot()
+	}
+	return h
+}
+
+// OpenAs attaches to an existing simulated machine as an agent whose
+// flags configured flags (--driver-root, --npu-smi): the production
+// host.Linux with those settings runs over the machine's root, so an agent
+// pointed at a path the machine does not have fails as on a real node.
+func OpenAs(dir string, flags *host.Linux) *Host {
+	h := &Host{Dir: dir, clock: time.Now}
+	h.linux = host.Linux{
+		Root:         filepath.Join(dir, "root"),
+		NPUSMIPath: flags.NPUSMIPath,
+		DriverRoot:   flags.DriverRoot,
+		Run:          h.run,
+		ReadOnly:     h.readOnly,
+	}
+	return h
+}
 
 func (h *Host) statePath() string { return filepath.Join(h.Dir, "state.json") }
 
@@ -168,7 +231,7 @@ func (h *Host) Reboot(_ context.Context, method host.RebootMethod) error {
 	})
 }
 
-func (h *Host) Path(hostPath string) string { return filepath.Join(h.Dir, "root", hostPath) }
+func (h *Host) Path(hostPath string) string { return h.linux.Path(hostPath) }
 
 // CompleteReboot carries out a requested reboot: a new boot ID and boot
 // time, no driver loaded, /run emptied, wedges gone unless sticky. It
@@ -188,7 +251,7 @@ func (h *Host) CompleteReboot() (bool, error) {
 		if !st.StickyWedge {
 			st.Wedged = nil
 		}
-		if err := h.removeDevices(); err != nil {
+		if err := h.unload(); err != nil {
 			return err
 		}
 		return os.RemoveAll(h.Path("/run"))
@@ -228,20 +291,35 @@ func (h *Host) LoadDriver(version string) error {
 			return fmt.Errorf("simulated host %s: driver %s already loaded, cannot load %s without a reboot", h.Dir, st.LoadedDriver, version)
 		}
 		st.LoadedDriver = version
+		if err := h.loadModules(); err != nil {
+			return err
+		}
 		return h.createDevices(*st)
 	})
 }
 
-func (h *Host) LoadedDriver(_ context.Context) (string, error) {
-	st, err := h.State()
-	return st.LoadedDriver, err
-}
+// LoadedDriver is the production answer over this machine's root.
+func (h *Host) LoadedDriver(ctx context.Context) (string, error) { return h.linux.LoadedDriver(ctx) }
 
-// InstallDriver loads version as the vendor installer would; argv is
-// recorded but nothing is executed.
+// InstallDriver does what the vendor installer does on the host: after
+// the production precondition (host.Linux.CheckDriverTree, which refuses
+// a read-only driver tree), it writes the driver files at their real paths
+// and loads the modules. argv is recorded, not executed: the driver
+// image's installer is the vendor's. With InstallFailure set it fails
+// half-way as an installer that dies after copying part of the tree.
 func (h *Host) InstallDriver(_ context.Context, version string, argv []string) error {
 	if version == "" {
 		return fmt.Errorf("simulated host %s: install of an empty driver version", h.Dir)
+	}
+	if err := h.linux.CheckDriverTree(); err != nil {
+		return err
+	}
+	st, err := h.State()
+	if err != nil {
+		return err
+	}
+	if st.InstallFailure != "" {
+		return h.failInstall(version, argv, st)
 	}
 	if err := h.LoadDriver(version); err != nil {
 		return err
@@ -253,6 +331,38 @@ func (h *Host) InstallDriver(_ context.Context, version string, argv []string) e
 	})
 }
 
+// failInstall leaves what an installer dying half-way leaves: part of the
+// tree (libraries, no version.info), no modules loaded, the install
+// record without Driver_Install_Status=complete.
+func (h *Host) failInstall(version string, argv []string, st State) error {
+	root := st.driverRoot()
+	if err := h.writeHostFile(filepath.Join(root, "lib64/driver/libdrvdsmi_host.so"), ""); err != nil {
+		return err
+	}
+	if err := h.updateInstallInfo(map[string]string{"Driver_Install_Path_Param": filepath.Dir(root)}); err != nil {
+		return err
+	}
+	if err := h.Update(func(st *State) error { st.Installs++; st.LastInstallCommand = argv; return nil }); err != nil {
+		return err
+	}
+	out := []byte(st.InstallFailure + "\n")
+	return &host.ExitError{Command: strings.Join(argv, " "), Code: 1, Output: out, Stderr: out}
+}
+
+// readOnly answers host.Linux's read-only check from State.ReadOnly.
+func (h *Host) readOnly(hostPath string) (bool, error) {
+	st, err := h.State()
+	if err != nil {
+		return false, err
+	}
+	for _, ro := range st.ReadOnly {
+		if hostPath == ro || strings.HasPrefix(hostPath, strings.TrimSuffix(ro, "/")+"/") {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
 func (h *Host) NPUSMI(ctx context.Context, args ...string) ([]byte, error) {
 	st, err := h.State()
 	if err != nil {
@@ -261,7 +371,7 @@ func (h *Host) NPUSMI(ctx context.Context, args ...string) ([]byte, error) {
 	if st.SMIMode == SMIStuck {
 		return nil, h.stuck(args)
 	}
-	return RunSMI(ctx, st, args...)
+	return h.linux.NPUSMI(ctx, args...)
 }
 
 // stuckPoll is how often a stuck npu-smi looks whether the harness freed it.

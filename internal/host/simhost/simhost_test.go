@@ -74,9 +74,19 @@ func TestNPUSMIReflectsChips(t *testing.T) {
 	ctx := context.Background()
 	h := newHost(t, Spec{Chip: "310p", ChipCount: 4})
 	if _, err := h.NPUSMI(ctx, "info"); err == nil {
+		t.Fatal("npu-smi succeeded with no driver installed")
+	} else if _, ok := host.IsProblem(err); !ok {
+		t.Fatalf("no driver installed, so no npu-smi: want a host problem, got %v", err)
+	}
+	if err := h.InstallDriver(ctx, "25.3.0", []string{"/driver.run"}); err != nil {
+		t.Fatal(err)
+	}
+	_ = h.Reboot(ctx, host.RebootSystemd)
+	_, _ = h.CompleteReboot()
+	if _, err := h.NPUSMI(ctx, "info"); err == nil {
 		t.Fatal("npu-smi succeeded with no driver loaded")
 	} else if ee, ok := host.IsExitError(err); !ok || ee.Code == 0 {
-		t.Fatalf("want an exit error, got %v", err)
+		t.Fatalf("driver installed, not loaded: want npu-smi's exit error, got %v", err)
 	}
 	if err := h.LoadDriver("25.3.0"); err != nil {
 		t.Fatal(err)
@@ -147,15 +157,23 @@ func TestDriverCreatesDevicesAndTreeAndRebootRemovesDevices(t *testing.T) {
 	if err := h.InstallDriver(context.Background(), "25.3.0", []string{"/install.sh"}); err != nil {
 		t.Fatal(err)
 	}
-	for _, p := range []string{"/dev/davinci0", "/dev/davinci1", "/dev/davinci_manager", "/dev/devmm_svm", "/dev/hisi_hdc", DriverRoot + "/lib64", DriverRoot + "/tools/npu-smi"} {
+	for _, p := range []string{"/dev/davinci0", "/dev/davinci1", "/dev/davinci_manager", "/dev/devmm_svm", "/dev/hisi_hdc",
+		DriverRoot + "/version.info", DriverRoot + "/lib64/driver/libdcmi.so", DriverRoot + "/lib64/common/libc_sec.so",
+		"/usr/local/sbin/npu-smi", "/usr/local/bin/npu-smi", "/usr/local/dcmi/libdcmi.so", "/sys/module/drv_pcie_host",
+		"/etc/ascend_install.info", "/etc/ld.so.conf.d/ascend_driver_so.conf"} {
 		if !exists(h.Path(p)) {
 			t.Errorf("%s missing after driver install", p)
 		}
 	}
+	for _, p := range []string{"/sys/module/drv_davinci_host", DriverRoot + "/tools/npu-smi"} {
+		if exists(h.Path(p)) {
+			t.Errorf("%s exists: the vendor's installer does not make it", p)
+		}
+	}
 	_ = h.Reboot(context.Background(), host.RebootSystemd)
 	_, _ = h.CompleteReboot()
-	if exists(h.Path("/dev/davinci0")) || exists(h.Path("/dev/davinci_manager")) || !exists(h.Path(DriverRoot+"/lib64")) {
-		t.Fatal("after reboot: want no device nodes and the driver tree kept")
+	if exists(h.Path("/dev/davinci0")) || exists(h.Path("/dev/davinci_manager")) || exists(h.Path("/sys/module/drv_pcie_host")) || !exists(h.Path(DriverRoot+"/lib64")) {
+		t.Fatal("after reboot: want no device nodes, no modules and the driver tree kept")
 	}
 }
 
