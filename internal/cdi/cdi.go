@@ -1,7 +1,19 @@
 // Package cdi writes the Container Device Interface spec of a node's
-// Ascend chips, so that runtimes (containerd, CRI-O) inject the devices
-// and driver libraries from a device name like huawei.com/npu=0, and
-// workloads need no vendor runtime hook.
+// Ascend chips: a device per chip (huawei.com/npu=0), "all", and "driver",
+// the driver's user space without device nodes.
+//
+// Who applies it: containerd's CRI applies CDI devices named by the
+// container's CDIDevices field or by cdi.k8s.io/ keys of the container's
+// annotations (containerd v2.4.0-beta.0, internal/cri/server/
+// container_create_linux.go containerSpecOpts: customopts.WithCDI(
+// config.Annotations, config.CDIDevices), config being the CRI
+// ContainerConfig), and the kubelet puts pod annotations on the sandbox
+// only (kubernetes pkg/kubelet/kuberuntime/labels.go newPodAnnotations,
+// newContainerAnnotations). The MindCluster v7.3.0 device plugin returns
+// neither. So a pod annotation does not bring the driver into a workload;
+// workloads mount the driver user space by hostPath (docs), and the spec
+// serves runtimes and plugins that name CDI devices (DRA drivers, nerdctl
+// --device, podman --device).
 package cdi
 
 import (
@@ -32,8 +44,19 @@ const AllDevice = "all"
 // the host-device channel.
 var CommonDeviceNodes = []string{"/dev/davinci_manager", "/dev/devmm_svm", "/dev/hisi_hdc"}
 
-// containerNPUSMI is where workloads find npu-smi, as with the vendor's
-// container runtime.
+// DriverDevice names the device holding only the driver's user space.
+const DriverDevice = "driver"
+
+// containerDriverRoot is where workload images expect the driver tree,
+// whatever the host's path (KubeOS: /var/lib/Ascend/driver): the vendor
+// images' LD_LIBRARY_PATH names it (Ascend/mind-cluster v7.3.0,
+// component/ascend-device-plugin/build/Dockerfile,
+// component/npu-exporter/build/Dockerfile).
+const containerDriverRoot = "/usr/local/Ascend/driver"
+
+// containerNPUSMI is where workloads find npu-smi, as Ascend Docker
+// Runtime mounts it (Ascend/mind-cluster v7.3.0,
+// component/ascend-docker-runtime/build/scripts/base.list).
 const containerNPUSMI = "/usr/local/bin/npu-smi"
 
 var davinci = regexp.MustCompile(`^davinci([0-9]+)$`)
@@ -62,25 +85,32 @@ func Build(h host.Host, o Options) (*specs.Spec, error) {
 	if err != nil {
 		return nil, err
 	}
-	spec := &specs.Spec{Kind: o.Kind}
-	all := specs.Device{Name: AllDevice}
-	for _, n := range chips {
-		node := &specs.DeviceNode{Path: fmt.Sprintf("/dev/davinci%d", n)}
-		spec.Devices = append(spec.Devices, specs.Device{Name: strconv.Itoa(n), ContainerEdits: specs.ContainerEdits{DeviceNodes: []*specs.DeviceNode{node}}})
-		all.ContainerEdits.DeviceNodes = append(all.ContainerEdits.DeviceNodes, &specs.DeviceNode{Path: node.Path})
-	}
-	spec.Devices = append(spec.Devices, all)
+	var common []*specs.DeviceNode
 	for _, p := range CommonDeviceNodes {
 		if !exists(h, p) {
 			return nil, fmt.Errorf("%s not found: the NPU driver is not loaded (run after the driver is ready, e.g. behind `npu-healthwatch validate --wait`)", p)
 		}
-		spec.ContainerEdits.DeviceNodes = append(spec.ContainerEdits.DeviceNodes, &specs.DeviceNode{Path: p})
+		common = append(common, &specs.DeviceNode{Path: p})
 	}
 	mounts, err := driverMounts(h, o.DriverRoot)
 	if err != nil {
 		return nil, err
 	}
-	spec.ContainerEdits.Mounts = mounts
+	// Edits per device, none spec-wide: spec-wide edits come with every
+	// device of the spec, and "driver" must bring no device node.
+	withDriver := func(nodes []*specs.DeviceNode) specs.ContainerEdits {
+		return specs.ContainerEdits{DeviceNodes: append(nodes, cloneNodes(common)...), Mounts: cloneMounts(mounts)}
+	}
+	spec := &specs.Spec{Kind: o.Kind}
+	var allNodes []*specs.DeviceNode
+	for _, n := range chips {
+		p := fmt.Sprintf("/dev/davinci%d", n)
+		spec.Devices = append(spec.Devices, specs.Device{Name: strconv.Itoa(n), ContainerEdits: withDriver([]*specs.DeviceNode{{Path: p}})})
+		allNodes = append(allNodes, &specs.DeviceNode{Path: p})
+	}
+	spec.Devices = append(spec.Devices,
+		specs.Device{Name: AllDevice, ContainerEdits: withDriver(allNodes)},
+		specs.Device{Name: DriverDevice, ContainerEdits: specs.ContainerEdits{Mounts: cloneMounts(mounts)}})
 	if spec.Version, err = specs.MinimumRequiredVersion(spec); err != nil {
 		return nil, fmt.Errorf("CDI spec version: %w", err)
 	}
@@ -109,9 +139,13 @@ func chipDevices(h host.Host) ([]int, error) {
 	return chips, nil
 }
 
-// driverMounts mounts the driver's user-space libraries read-only at the
-// same path, which the CANN toolkit in workload images expects, plus the
-// version file and npu-smi when the driver tree has them.
+// driverMounts is the driver's user space, read-only, at the container
+// paths Ascend Docker Runtime gives (base.list: <driver>/lib64,
+// <driver>/include, /usr/local/dcmi, /usr/local/bin/npu-smi) plus
+// version.info (which CANN reads for the driver version, Ascend/op-plugin
+// torch_npu-utils-get_cann_version.md). Host paths are where this host has
+// them: the tree at root, npu-smi where the installer put it
+// (host.NPUSMIPaths, else <root>/tools/npu-smi).
 func driverMounts(h host.Host, root string) ([]*specs.Mount, error) {
 	if root == "" {
 		return nil, fmt.Errorf("--driver-root is empty: set driver.hostDriverPath")
@@ -121,16 +155,43 @@ func driverMounts(h host.Host, root string) ([]*specs.Mount, error) {
 	if !exists(h, lib) {
 		return nil, fmt.Errorf("driver libraries %s not found: set driver.hostDriverPath to the driver's install directory", lib)
 	}
-	mounts := []*specs.Mount{{HostPath: lib, ContainerPath: lib, Options: ro}}
-	for _, m := range []struct{ host, ctr string }{
-		{path.Join(root, "version.info"), path.Join(root, "version.info")},
-		{path.Join(root, "tools", "npu-smi"), containerNPUSMI},
-	} {
+	mounts := []*specs.Mount{{HostPath: lib, ContainerPath: path.Join(containerDriverRoot, "lib64"), Options: ro}}
+	optional := []struct{ host, ctr string }{
+		{path.Join(root, "include"), path.Join(containerDriverRoot, "include")},
+		{path.Join(root, host.VersionFile), path.Join(containerDriverRoot, host.VersionFile)},
+		{host.DCMIDir, host.DCMIDir},
+	}
+	for _, p := range append(append([]string{}, host.NPUSMIPaths...), path.Join(root, "tools", "npu-smi")) {
+		if exists(h, p) {
+			optional = append(optional, struct{ host, ctr string }{p, containerNPUSMI})
+			break
+		}
+	}
+	for _, m := range optional {
 		if exists(h, m.host) {
 			mounts = append(mounts, &specs.Mount{HostPath: m.host, ContainerPath: m.ctr, Options: ro})
 		}
 	}
 	return mounts, nil
+}
+
+func cloneNodes(ns []*specs.DeviceNode) []*specs.DeviceNode {
+	out := make([]*specs.DeviceNode, len(ns))
+	for i, n := range ns {
+		c := *n
+		out[i] = &c
+	}
+	return out
+}
+
+func cloneMounts(ms []*specs.Mount) []*specs.Mount {
+	out := make([]*specs.Mount, len(ms))
+	for i, m := range ms {
+		c := *m
+		c.Options = append([]string(nil), m.Options...)
+		out[i] = &c
+	}
+	return out
 }
 
 func exists(h host.Host, p string) bool {

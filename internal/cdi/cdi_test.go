@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	cdiapi "tags.cncf.io/container-device-interface/pkg/cdi"
+	specs "tags.cncf.io/container-device-interface/specs-go"
 
 	"github.com/openfuyao/npu-stack/internal/host/simhost"
 )
@@ -52,25 +53,64 @@ func TestGenerateValidatedByTheCDILibrary(t *testing.T) {
 	if d := got.GetDevice("3"); d.ContainerEdits.DeviceNodes[0].Path != "/dev/davinci3" {
 		t.Errorf("device 3 = %+v", d.ContainerEdits.DeviceNodes)
 	}
-	if n := len(got.GetDevice(AllDevice).ContainerEdits.DeviceNodes); n != 8 {
-		t.Errorf("all has %d chips", n)
+	if n := len(got.GetDevice(AllDevice).ContainerEdits.DeviceNodes); n != 8+len(CommonDeviceNodes) {
+		t.Errorf("all has %d device nodes, want 8 chips and the common ones", n)
 	}
-	var nodes, mounts []string
-	for _, n := range got.ContainerEdits.DeviceNodes {
+	if len(got.ContainerEdits.DeviceNodes)+len(got.ContainerEdits.Mounts) != 0 {
+		t.Errorf("spec-wide edits %+v: they would come with the driver device too", got.ContainerEdits)
+	}
+	nodes, mounts := edits(t, h, got.GetDevice("3").ContainerEdits)
+	if want := "/dev/davinci3,/dev/davinci_manager,/dev/devmm_svm,/dev/hisi_hdc"; strings.Join(nodes, ",") != want {
+		t.Errorf("device 3 nodes %v, want %s", nodes, want)
+	}
+	want := "/usr/local/Ascend/driver/lib64->/usr/local/Ascend/driver/lib64,/usr/local/Ascend/driver/version.info->/usr/local/Ascend/driver/version.info,/usr/local/dcmi->/usr/local/dcmi,/usr/local/sbin/npu-smi->/usr/local/bin/npu-smi"
+	if strings.Join(mounts, ",") != want {
+		t.Errorf("device 3 mounts %v, want %s", mounts, want)
+	}
+	// The driver's user space alone: what a workload gets without a chip.
+	dn, dm := edits(t, h, got.GetDevice(DriverDevice).ContainerEdits)
+	if len(dn) != 0 || strings.Join(dm, ",") != want {
+		t.Errorf("driver device: nodes %v mounts %v; want no node and %s", dn, dm, want)
+	}
+}
+
+func edits(t *testing.T, h *simhost.Host, e specs.ContainerEdits) (nodes, mounts []string) {
+	t.Helper()
+	for _, n := range e.DeviceNodes {
 		nodes = append(nodes, n.Path)
 	}
-	for _, m := range got.ContainerEdits.Mounts {
+	for _, m := range e.Mounts {
 		mounts = append(mounts, m.HostPath+"->"+m.ContainerPath)
 		if strings.HasPrefix(m.HostPath, h.Dir) {
 			t.Errorf("mount %s leaks the simulated host's directory", m.HostPath)
 		}
 	}
-	if strings.Join(nodes, ",") != "/dev/davinci_manager,/dev/devmm_svm,/dev/hisi_hdc" {
-		t.Errorf("common device nodes %v", nodes)
+	return nodes, mounts
+}
+
+// KubeOS: the tree under /var/lib/Ascend/driver is mounted where workload
+// images expect it, npu-smi from the tree's tools.
+func TestGenerateKubeOS(t *testing.T) {
+	const kubeos = "/var/lib/Ascend/driver"
+	h, err := simhost.Create(t.TempDir(), simhost.Spec{Chip: "910b", ChipCount: 1, Driver: "25.5.0", DriverRoot: kubeos, ReadOnly: []string{"/usr"}})
+	if err != nil {
+		t.Fatal(err)
 	}
-	want := "/usr/local/Ascend/driver/lib64->/usr/local/Ascend/driver/lib64,/usr/local/Ascend/driver/version.info->/usr/local/Ascend/driver/version.info,/usr/local/Ascend/driver/tools/npu-smi->/usr/local/bin/npu-smi"
+	spec, err := Build(h, Options{DriverRoot: kubeos})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mounts []string
+	for _, d := range spec.Devices {
+		if d.Name == DriverDevice {
+			for _, m := range d.ContainerEdits.Mounts {
+				mounts = append(mounts, m.HostPath+"->"+m.ContainerPath)
+			}
+		}
+	}
+	want := kubeos + "/lib64->/usr/local/Ascend/driver/lib64," + kubeos + "/version.info->/usr/local/Ascend/driver/version.info," + kubeos + "/tools/npu-smi->/usr/local/bin/npu-smi"
 	if strings.Join(mounts, ",") != want {
-		t.Errorf("mounts %v", mounts)
+		t.Errorf("KubeOS driver mounts %v, want %s", mounts, want)
 	}
 }
 

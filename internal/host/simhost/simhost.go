@@ -164,11 +164,11 @@ func Open(dir string) *Host {
 func OpenAs(dir string, flags *host.Linux) *Host {
 	h := &Host{Dir: dir, clock: time.Now}
 	h.linux = host.Linux{
-		Root:         filepath.Join(dir, "root"),
+		Root:       filepath.Join(dir, "root"),
 		NPUSMIPath: flags.NPUSMIPath,
-		DriverRoot:   flags.DriverRoot,
-		Run:          h.run,
-		ReadOnly:     h.readOnly,
+		DriverRoot: flags.DriverRoot,
+		Run:        h.run,
+		ReadOnly:   h.readOnly,
 	}
 	return h
 }
