@@ -554,3 +554,35 @@ func TestNodeFeatureRuleSetsTheSelectedLabels(t *testing.T) {
 		}
 	}
 }
+
+// TestWatchFindsNPUSMILibrariesInItsProfilesTree: npu-smi's libraries are
+// in the driver tree of the watch's own profile (LD_LIBRARY_PATH, host
+// contract), so on a KubeOS profile the watch is told /var/lib/Ascend/driver.
+func TestWatchFindsNPUSMILibrariesInItsProfilesTree(t *testing.T) {
+	r := mustRender(t, variant{name: "mixed-fleet", vals: mixedFleet})
+	want := map[string]string{
+		"npu-stack-driver-910b-ubuntu": "/usr/local/Ascend/driver",
+		"npu-stack-driver-910b-kubeos": "/var/lib/Ascend/driver",
+		"npu-stack-driver-310p-kubeos": "/var/lib/Ascend/driver",
+	}
+	for name, path := range want {
+		ds := r.find("DaemonSet", name)
+		if ds == nil {
+			t.Fatalf("no DaemonSet %s", name)
+		}
+		containers, _, _ := unstructured.NestedSlice(podSpec(t, ds), "containers")
+		found := false
+		for _, c := range containers {
+			c := c.(map[string]any)
+			if c["name"] == "watch" {
+				found = true
+				if args := strs(c["args"]); !hasArg(args, "--driver-root="+path) {
+					t.Errorf("%s: watch args %v, want --driver-root=%s", name, args, path)
+				}
+			}
+		}
+		if !found {
+			t.Errorf("%s: no watch container", name)
+		}
+	}
+}
