@@ -158,8 +158,13 @@ func (l *Linux) NPUSMI(ctx context.Context, args ...string) ([]byte, error) {
 	fix := fmt.Sprintf("npu-smi needs the driver libraries in %s and %s: check that driver.hostDriverPath (or the node's driver.profiles[].hostDriverPath) is the host's driver tree and that the driver installed completely (reinstall it if not)",
 		strings.Join(npuSMILibDirs, ", "), DCMIDir)
 	if ee, ok := IsExitError(err); ok {
+		// The loader writes to stderr; a wrapper script may fold it into
+		// stdout, so both are read.
 		msg := firstLine(ee.Stderr)
-		if ee.Code == 127 || strings.Contains(string(ee.Stderr), LoaderError) {
+		if msg == "" {
+			msg = firstLine(ee.Output)
+		}
+		if ee.Code == 127 || strings.Contains(string(ee.Stderr), LoaderError) || strings.Contains(string(ee.Output), LoaderError) {
 			return out, &ProblemError{What: fmt.Sprintf("%s (host root %s) cannot run: exit %d: %s", path, l.Root, ee.Code, msg), Fix: fix, Err: err}
 		}
 		return out, err
