@@ -108,8 +108,7 @@ func Prepare(ctx context.Context, cfg Config, d Deps) (Plan, error) {
 	}
 	if plan.Install {
 		if err := install(ctx, cfg, d, log); err != nil {
-			d.Events.Node(node, true, contract.EventDriverInstallFailed, "driver %s: %v", cfg.DriverVersion, err)
-			return plan, err
+			return plan, d.installFailed(ctx, cfg, node, err)
 		}
 	}
 	if err := recordChips(ctx, cfg, d, plan.Install, log); err != nil {
@@ -146,26 +145,81 @@ func Prepare(ctx context.Context, cfg Config, d Deps) (Plan, error) {
 }
 
 // Run prepares the driver, then idles until ctx ends: the driver container
-// must keep running for the pod to stay Ready.
+// must keep running for the pod to stay Ready. A failed install idles too,
+// not Ready (no marker): restarting would run a failing installer again
+// and again on the host; the error is on the node and in the log, and
+// nothing asks for a reboot.
 func Run(ctx context.Context, cfg Config, d Deps) error {
-	if _, err := Prepare(ctx, cfg, d); err != nil {
+	_, err := Prepare(ctx, cfg, d)
+	var failed *InstallError
+	if errors.As(err, &failed) {
+		d.Log.WithError(err).Error("driver install failed; this pod stays not Ready and installs nothing more until it is replaced")
+		<-ctx.Done()
+		return nil
+	}
+	if err != nil {
 		return err
 	}
 	<-ctx.Done()
 	return nil
 }
 
+// InstallError is a driver install that failed: reported on the node,
+// never retried by this pod, never answered with a reboot.
+type InstallError struct {
+	Msg string
+	Err error
+}
+
+func (e *InstallError) Error() string { return e.Msg }
+func (e *InstallError) Unwrap() error { return e.Err }
+
+// installFailed reports err on the node: a DriverInstallFailed warning
+// with the fix and driver-ready=false, which holds a rollout's validation
+// (the node stays cordoned with the error) and tells the scheduler-facing
+// parts the driver is not there. It does not touch reboot-required.
+func (d Deps) installFailed(ctx context.Context, cfg Config, node *corev1.Node, err error) error {
+	fix := "; fix: see the installer output in this pod's log (container driver), fix the driver image or driver.installCommand"
+	if _, ok := host.IsProblem(err); ok {
+		fix = "" // its message carries its fix
+	}
+	last := ""
+	if ee, ok := host.IsExitError(err); ok {
+		if l := lastLine(ee.Stderr, ee.Output); l != "" {
+			last = fmt.Sprintf(" (installer's last words: %q)", l)
+		}
+	}
+	msg := fmt.Sprintf("node %s: driver %s was not installed: %v%s%s; then delete the driver pod on node %s to install again (no reboot is requested; the pod stays not Ready)",
+		cfg.NodeName, cfg.DriverVersion, err, last, fix, cfg.NodeName)
+	d.Events.Node(node, true, contract.EventDriverInstallFailed, "%s", msg)
+	if _, perr := d.Nodes.Patch(ctx, cfg.NodeName, kube.NodeChange{Labels: map[string]*string{cfg.Keys.DriverReady(): kube.Set(contract.False)}}); perr != nil {
+		d.Log.WithError(perr).Warn("could not set driver-ready=false after the failed install")
+	}
+	return &InstallError{Msg: msg, Err: err}
+}
+
+// lastLine is the last non-empty line of the first output that has one.
+func lastLine(outs ...[]byte) string {
+	for _, o := range outs {
+		lines := strings.Split(strings.TrimSpace(string(o)), "\n")
+		if l := strings.TrimSpace(lines[len(lines)-1]); l != "" {
+			return l
+		}
+	}
+	return ""
+}
+
 func install(ctx context.Context, cfg Config, d Deps, log logrus.FieldLogger) error {
 	log.WithField("command", strings.Join(cfg.InstallCommand, " ")).Info("no driver loaded: installing")
 	if err := d.Host.InstallDriver(ctx, cfg.DriverVersion, cfg.InstallCommand); err != nil {
-		return fmt.Errorf("node %s: install driver %s with %q failed: %w; see the installer output above in this container's log, fix the driver image or driver.installCommand, and the pod retries", cfg.NodeName, cfg.DriverVersion, strings.Join(cfg.InstallCommand, " "), err)
+		return fmt.Errorf("install with %q: %w", strings.Join(cfg.InstallCommand, " "), err)
 	}
 	now, err := d.Host.LoadedDriver(ctx)
 	if err != nil {
-		return fmt.Errorf("node %s: read the loaded driver version after installing %s: %w", cfg.NodeName, cfg.DriverVersion, err)
+		return fmt.Errorf("read the loaded driver version after the install: %w", err)
 	}
 	if now != cfg.DriverVersion {
-		return fmt.Errorf("node %s: the installer for driver %s succeeded but the kernel reports %q loaded; check that the driver image matches driver.version", cfg.NodeName, cfg.DriverVersion, now)
+		return fmt.Errorf("the installer succeeded but the loaded driver reports version %q (version.info); check that the driver image matches driver.version", now)
 	}
 	if cfg.DriverRoot != "" {
 		if _, err := os.Stat(filepath.Join(cfg.DriverRoot, "lib64")); err != nil {

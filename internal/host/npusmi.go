@@ -79,7 +79,9 @@ func ExecRunner(ctx context.Context, e Exec) ([]byte, error) {
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if e.Output != nil {
-		cmd.Stdout, cmd.Stderr = e.Output, e.Output
+		// Streamed, and kept for the error: the installer's last words
+		// say why it failed.
+		cmd.Stdout, cmd.Stderr = io.MultiWriter(e.Output, &stdout), io.MultiWriter(e.Output, &stderr)
 	}
 	err := cmd.Run()
 	var ee *exec.ExitError

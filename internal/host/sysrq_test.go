@@ -31,18 +31,21 @@ func TestSysrqSyncsBeforeReboot(t *testing.T) {
 		seq []string
 	)
 	note := func(s string) { mu.Lock(); seq = append(seq, s); mu.Unlock() }
+	// Held open read-write for the whole test: a writer never waits for
+	// a reader and no key is lost between two writes.
+	fifo, err := os.OpenFile(trigger, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = fifo.Close() }()
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		// One open per write: each WriteFile opens, writes one key and
-		// closes, which ends this read.
+		b := make([]byte, 1)
 		for range sysrqKeys {
-			f, err := os.Open(trigger)
-			if err != nil {
+			if _, err := io.ReadFull(fifo, b); err != nil {
 				return
 			}
-			b, _ := io.ReadAll(f)
-			_ = f.Close()
 			note("key " + string(b))
 		}
 	}()
