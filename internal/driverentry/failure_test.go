@@ -15,7 +15,10 @@ import (
 // not Ready instead of exiting into a restart that would install again.
 func TestInstallFailingHalfWay(t *testing.T) {
 	cfg, d, h, ev := setup(t, "")
-	if err := h.Update(func(st *simhost.State) error { st.InstallFailure = "ERR_NO:0x0091;ERR_DES:HwHiAiUser not exists!"; return nil }); err != nil {
+	if err := h.Update(func(st *simhost.State) error {
+		st.InstallFailure = "ERR_NO:0x0091;ERR_DES:HwHiAiUser not exists!"
+		return nil
+	}); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
