@@ -139,7 +139,7 @@ func TestDefaultsRenderTheWholeStack(t *testing.T) {
 	cmd := strs(driver["command"])
 	sep := slices.Index(cmd, "--")
 	if len(cmd) < 2 || cmd[0] != "/opt/npu-stack/bin/npu-healthwatch" || cmd[1] != "driver-entry" || sep < 0 ||
-		!reflect.DeepEqual(cmd[sep+1:], []string{"/usr/local/Ascend/install.sh", "--full", "--quiet", "--install-for-all"}) {
+		!reflect.DeepEqual(cmd[sep+1:], []string{"/usr/local/Ascend/driver.run", "--full", "--quiet", "--install-for-all"}) {
 		t.Errorf("driver command %q: want npu-healthwatch driver-entry ... -- <install command>", cmd)
 	}
 	if !hasArg(cmd, "--driver-version=25.5.0") {
