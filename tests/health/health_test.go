@@ -38,8 +38,8 @@ func TestWedgeDetectedKeptAcrossRestartAndUndoneOnRecovery(t *testing.T) {
 	if err != nil {
 		t.Fatalf("CDI spec on the node: %v", err)
 	}
-	if len(spec.Devices) != 5 || spec.GetDevice("3") == nil {
-		t.Fatalf("CDI spec devices %d, want 4 chips + all", len(spec.Devices))
+	if len(spec.Devices) != 6 || spec.GetDevice("3") == nil || spec.GetDevice("driver") == nil {
+		t.Fatalf("CDI spec devices %d, want 4 chips, all and the driver's user space (driver)", len(spec.Devices))
 	}
 
 	// Wedge: within threshold intervals + 1 s, everything is in place.
