@@ -143,7 +143,7 @@ func (r *Remote) Close() error {
 		}
 	}
 	var ee *exec.ExitError
-	if r.err != nil && !(errors.As(r.err, &ee) && !ee.Exited()) {
+	if r.err != nil && (!errors.As(r.err, &ee) || ee.Exited()) {
 		return fmt.Errorf("counting proxy: %w", r.err)
 	}
 	return nil
