@@ -35,6 +35,12 @@ func TestKubeletLagGetsExactlyOneReboot(t *testing.T) {
 	// the RebootRequired event included), so that a second request would
 	// be carried out before the kubelet reports.
 	node.DelayBootIDReport(25 * time.Second)
+	// The lag starts once the rebooter has recorded the reboot and
+	// cleared the request, so a loaded machine, on which the rebooter
+	// takes longer than the delay, still shows the window.
+	node.HoldBootIDReportUntil(func(n *corev1.Node) bool {
+		return n.Annotations[keys.RebootedFromBootID()] != "" && n.Labels[keys.RebootRequired()] == ""
+	})
 	args := f.upgrade(ctx, newVersion)
 	r := f.startRollout(args)
 	var lagged *corev1.Node

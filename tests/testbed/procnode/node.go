@@ -21,10 +21,13 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
+	watchtools "k8s.io/client-go/tools/watch"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/ptr"
@@ -73,6 +76,9 @@ type Node struct {
 	// bootIDDelay (a time.Duration): how long after a reboot the node
 	// reports its new boot ID (DelayBootIDReport).
 	bootIDDelay atomic.Int64
+	// bootIDHold, if set, must hold of the Node before bootIDDelay
+	// starts (guarded by statusMu).
+	bootIDHold func(*corev1.Node) bool
 }
 
 // DelayBootIDReport makes the node report the new boot ID in its status
@@ -80,6 +86,16 @@ type Node struct {
 // Ready and its pods run: a kubelet that is slow to post its node status
 // after a boot, so that the rebooter's writes reach the API server first.
 func (n *Node) DelayBootIDReport(d time.Duration) { n.bootIDDelay.Store(int64(d)) }
+
+// HoldBootIDReportUntil makes the delay of DelayBootIDReport start only
+// once the Node object satisfies until: a kubelet that posts its status
+// only after the rebooter's writes reached the API server, however long
+// the rebooter takes on a loaded machine.
+func (n *Node) HoldBootIDReportUntil(until func(*corev1.Node) bool) {
+	n.statusMu.Lock()
+	defer n.statusMu.Unlock()
+	n.bootIDHold = until
+}
 
 // LoseOnReboot makes the next reboot take the machine down for good: its
 // processes die and the node stays NotReady, like hardware that does not
@@ -364,6 +380,17 @@ func (n *Node) reboot(ctx context.Context) error {
 // reportBootIDAfter posts bootID in the node status d from now, unless a
 // later boot has replaced it meanwhile.
 func (n *Node) reportBootIDAfter(ctx context.Context, d time.Duration, bootID string) {
+	n.statusMu.Lock()
+	hold := n.bootIDHold
+	n.statusMu.Unlock()
+	if hold != nil {
+		if err := n.waitNode(ctx, hold); err != nil {
+			if ctx.Err() == nil {
+				fmt.Fprintf(os.Stderr, "procnode %s: hold boot ID report: %v\n", n.cfg.Name, err)
+			}
+			return
+		}
+	}
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
@@ -407,4 +434,24 @@ func (n *Node) work(ctx context.Context) {
 		}
 		n.queue.Done(key)
 	}
+}
+
+// waitNode watches this node's Node object until cond holds.
+func (n *Node) waitNode(ctx context.Context, cond func(*corev1.Node) bool) error {
+	sel := fields.OneTermEqualSelector("metadata.name", n.cfg.Name).String()
+	lw := &cache.ListWatch{
+		ListFunc: func(o metav1.ListOptions) (runtime.Object, error) {
+			o.FieldSelector = sel
+			return n.cfg.Client.CoreV1().Nodes().List(ctx, o)
+		},
+		WatchFunc: func(o metav1.ListOptions) (watch.Interface, error) {
+			o.FieldSelector = sel
+			return n.cfg.Client.CoreV1().Nodes().Watch(ctx, o)
+		},
+	}
+	_, err := watchtools.UntilWithSync(ctx, lw, &corev1.Node{}, nil, func(e watch.Event) (bool, error) {
+		node, ok := e.Object.(*corev1.Node)
+		return ok && cond(node), nil
+	})
+	return err
 }
