@@ -216,7 +216,6 @@ type invariants struct {
 	mu             sync.Mutex
 	maxUnavailable int
 	worst          []string
-	nodes          map[string]*corev1.Node
 	stop           chan struct{}
 	// cordonsOnly counts cordoned nodes only: while the control plane is
 	// down, nodes go NotReady for want of heartbeats, whatever the
@@ -230,27 +229,56 @@ func (f *fleet) watchInvariants() *invariants { return f.watch(false) }
 func (f *fleet) watchCordons() *invariants { return f.watch(true) }
 
 func (f *fleet) watch(cordonsOnly bool) *invariants {
-	inv := &invariants{nodes: map[string]*corev1.Node{}, stop: make(chan struct{}), cordonsOnly: cordonsOnly}
+	inv := &invariants{stop: make(chan struct{}), cordonsOnly: cordonsOnly}
 	lw := cache.NewFilteredListWatchFromClient(env.Client.CoreV1().RESTClient(), "nodes", "", func(o *metav1.ListOptions) {
 		o.LabelSelector = f.selector()
 	})
-	_, ctrl := cache.NewInformerWithOptions(cache.InformerOptions{ListerWatcher: lw, ObjectType: &corev1.Node{}, Handler: cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(o any) { inv.see(o.(*corev1.Node)) },
-		UpdateFunc: func(_, o any) { inv.see(o.(*corev1.Node)) },
-	}})
-	go ctrl.Run(inv.stop)
+	// A reflector into the invariants themselves, not an informer: after
+	// a watch is cut (an API server restart) the relist arrives as one
+	// Replace, judged once as the snapshot it is. An informer hands the
+	// relist over node by node, so a node cordoned just before the cut
+	// would be counted beside one uncordoned just before it, which no
+	// moment of the cluster ever held.
+	r := cache.NewReflectorWithOptions(lw, &corev1.Node{}, &invariantStore{Store: cache.NewStore(cache.MetaNamespaceKeyFunc), inv: inv}, cache.ReflectorOptions{})
+	go r.Run(inv.stop)
 	f.t.Cleanup(func() { close(inv.stop) })
 	return inv
 }
 
-func (inv *invariants) see(n *corev1.Node) {
+// invariantStore judges the invariants on every state the reflector
+// stores: after each watch event, and after a whole relist.
+type invariantStore struct {
+	cache.Store
+	inv *invariants
+}
+
+func (s *invariantStore) Add(o any) error    { return s.see(s.Store.Add(o)) }
+func (s *invariantStore) Update(o any) error { return s.see(s.Store.Update(o)) }
+func (s *invariantStore) Delete(o any) error { return s.see(s.Store.Delete(o)) }
+func (s *invariantStore) Replace(list []any, rv string) error {
+	return s.see(s.Store.Replace(list, rv))
+}
+
+func (s *invariantStore) see(err error) error {
+	if err != nil {
+		return err
+	}
+	var nodes []*corev1.Node
+	for _, o := range s.List() {
+		nodes = append(nodes, o.(*corev1.Node))
+	}
+	s.inv.see(nodes)
+	return nil
+}
+
+// see judges one state of the fleet.
+func (inv *invariants) see(nodes []*corev1.Node) {
 	inv.mu.Lock()
 	defer inv.mu.Unlock()
-	inv.nodes[n.Name] = n
 	var down []string
-	for name, n := range inv.nodes {
+	for _, n := range nodes {
 		if n.Spec.Unschedulable || (!nodeReady(n) && !inv.cordonsOnly) {
-			down = append(down, name)
+			down = append(down, n.Name)
 		}
 	}
 	if len(down) > inv.maxUnavailable {
