@@ -440,11 +440,11 @@ func (n *Node) work(ctx context.Context) {
 func (n *Node) waitNode(ctx context.Context, cond func(*corev1.Node) bool) error {
 	sel := fields.OneTermEqualSelector("metadata.name", n.cfg.Name).String()
 	lw := &cache.ListWatch{
-		ListFunc: func(o metav1.ListOptions) (runtime.Object, error) {
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			o.FieldSelector = sel
 			return n.cfg.Client.CoreV1().Nodes().List(ctx, o)
 		},
-		WatchFunc: func(o metav1.ListOptions) (watch.Interface, error) {
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
 			o.FieldSelector = sel
 			return n.cfg.Client.CoreV1().Nodes().Watch(ctx, o)
 		},
