@@ -158,9 +158,12 @@ func (f *fleet) driverPod(ctx context.Context, node *procnode.Node, what string,
 	return found
 }
 
-func podReady(p *corev1.Pod) bool {
+func podReady(p *corev1.Pod) bool { return podCondition(p, corev1.PodReady) }
+
+// podCondition reports whether p's condition of type t is True.
+func podCondition(p *corev1.Pod, t corev1.PodConditionType) bool {
 	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady {
+		if c.Type == t {
 			return c.Status == corev1.ConditionTrue
 		}
 	}

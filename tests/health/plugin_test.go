@@ -3,13 +3,13 @@ package health_test
 import (
 	"context"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/util/retry"
 
 	"github.com/openfuyao/npu-stack/internal/contract"
 	"github.com/openfuyao/npu-stack/tests/testbed"
@@ -27,9 +27,11 @@ func TestWedgeWithdrawsTheDevicePlugin(t *testing.T) {
 	f := newFleet(t, fleetOptions{nodes: 1, probeInterval: interval, threshold: threshold, devicePlugin: true, recoveryThreshold: 1})
 	node := f.nodes[0]
 	ctx := ctxTimeout(t, 4*time.Minute)
-	f.watchArg(ctx, "--device-plugin-selector="+pluginSelector)
+	// The chart names the device plugin's selector labels to the watch.
 	f.driverPod(ctx, node, "running with --device-plugin-selector", func(p *corev1.Pod) bool {
-		return podReady(p) && slices.Contains(containerArgs(p, "watch"), "--device-plugin-selector="+pluginSelector)
+		return podReady(p) && slices.ContainsFunc(containerArgs(p, "watch"), func(a string) bool {
+			return strings.HasPrefix(a, "--device-plugin-selector=") && strings.Contains(a, pluginSelector)
+		})
 	})
 	waitNode(ctx, t, node.Name(), "driver ready", healthy(desiredVersion))
 	serving := f.pluginPod(ctx, node, "serving", initialized)
@@ -53,32 +55,6 @@ func TestWedgeWithdrawsTheDevicePlugin(t *testing.T) {
 	}
 }
 
-// watchArg adds arg to the watch container of the driver DaemonSet, as
-// the chart does for a value it wires (the DaemonSet rolls its pods).
-func (f *fleet) watchArg(ctx context.Context, arg string) {
-	f.t.Helper()
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		list, err := env.Client.AppsV1().DaemonSets(f.ns).List(ctx, metav1.ListOptions{LabelSelector: driverSelector})
-		if err != nil {
-			return err
-		}
-		if len(list.Items) != 1 {
-			f.t.Fatalf("%d driver DaemonSets, want 1", len(list.Items))
-		}
-		ds := &list.Items[0]
-		for i := range ds.Spec.Template.Spec.Containers {
-			if c := &ds.Spec.Template.Spec.Containers[i]; c.Name == "watch" {
-				c.Args = append(c.Args, arg)
-			}
-		}
-		_, err = env.Client.AppsV1().DaemonSets(f.ns).Update(ctx, ds, metav1.UpdateOptions{})
-		return err
-	})
-	if err != nil {
-		f.t.Fatalf("add %s to the watch container: %v", arg, err)
-	}
-}
-
 func containerArgs(p *corev1.Pod, name string) []string {
 	for _, c := range p.Spec.Containers {
 		if c.Name == name {
@@ -88,14 +64,7 @@ func containerArgs(p *corev1.Pod, name string) []string {
 	return nil
 }
 
-func initialized(p *corev1.Pod) bool {
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodInitialized {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
-}
+func initialized(p *corev1.Pod) bool { return podCondition(p, corev1.PodInitialized) }
 
 // pluginPod waits until the node has a device-plugin pod, not being
 // deleted, that satisfies cond, and returns it.
