@@ -3,17 +3,14 @@ package reboot_test
 import (
 	"context"
 	"encoding/json"
-	"slices"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/util/retry"
 
 	"github.com/openfuyao/npu-stack/internal/contract"
-	"github.com/openfuyao/npu-stack/tests/testbed"
 )
 
 // An NPU pod that never finishes terminating (a process in uninterruptible
@@ -22,10 +19,12 @@ import (
 // reboots anyway and names the pod in a RecoveryDrainTimedOut event.
 func TestRecoveryDrainRebootsPastAPodStuckTerminating(t *testing.T) {
 	ctx := ctxTimeout(t, 4*time.Minute)
-	f := newFleet(t, 1, func(_, rec, _ map[string]any) { rec["autoRecover"] = true })
+	f := newFleet(t, 1, func(_, rec, _ map[string]any) {
+		rec["autoRecover"] = true
+		rec["drainTimeoutSeconds"] = 3
+	})
 	node := f.nodes[0]
 	name := node.Name()
-	f.rebooterArg(ctx, "--recovery-drain-timeout=3s")
 
 	stuck := pod(t, f.ns, "stuck-npu", name, true)
 	const finalizer = "npu-stack.test/stuck-in-d-state"
@@ -53,40 +52,5 @@ func setFinalizers(t *testing.T, ns, name string, finalizers []string) {
 	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"finalizers": finalizers}})
 	if _, err := env.Client.CoreV1().Pods(ns).Patch(context.Background(), name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 		t.Fatalf("set the finalizers of pod %s/%s: %v", ns, name, err)
-	}
-}
-
-// rebooterArg adds arg to the rebooter DaemonSet, as the chart does for a
-// value it wires, and waits for the rebooter pod that runs with it.
-func (f *fleet) rebooterArg(ctx context.Context, arg string) {
-	f.t.Helper()
-	const selector = "app.kubernetes.io/component=rebooter"
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		list, err := env.Client.AppsV1().DaemonSets(f.ns).List(ctx, metav1.ListOptions{LabelSelector: selector})
-		if err != nil {
-			return err
-		}
-		if len(list.Items) != 1 {
-			f.t.Fatalf("%d rebooter DaemonSets, want 1", len(list.Items))
-		}
-		ds := &list.Items[0]
-		c := &ds.Spec.Template.Spec.Containers[0]
-		c.Args = append(c.Args, arg)
-		_, err = env.Client.AppsV1().DaemonSets(f.ns).Update(ctx, ds, metav1.UpdateOptions{})
-		return err
-	})
-	if err != nil {
-		f.t.Fatalf("add %s to the rebooter: %v", arg, err)
-	}
-	err = testbed.WaitFor(ctx, testbed.PodsLW(env.Client, f.ns, selector), &corev1.Pod{}, func(pods []*corev1.Pod) (bool, error) {
-		for _, p := range pods {
-			if p.DeletionTimestamp == nil && p.Status.Phase == corev1.PodRunning && slices.Contains(p.Spec.Containers[0].Args, arg) {
-				return true, nil
-			}
-		}
-		return false, nil
-	})
-	if err != nil {
-		f.t.Fatalf("rebooter with %s not running: %v", arg, err)
 	}
 }
