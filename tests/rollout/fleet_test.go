@@ -81,9 +81,11 @@ func newFleetWith(t *testing.T, n int, edit func(policy, rebooter map[string]any
 	// small machine a package's worth of idle fleets slows the next tests.
 	// Registered first, so it runs after the log dump below.
 	t.Cleanup(func() { _ = env.Helm(ns).Uninstall(ns) })
+	start := time.Now()
 	f.waitNodes(ctx, "driver "+oldVersion+" loaded and ready", func(n *corev1.Node) bool {
 		return n.Labels[keys.DriverVersion()] == oldVersion && n.Labels[keys.DriverReady()] == contract.True
 	})
+	t.Logf("fleet of %d ready %s after the install", n, time.Since(start).Round(time.Second))
 	t.Cleanup(func() {
 		if t.Failed() {
 			f.dumpLogs()
@@ -183,7 +185,16 @@ func (f *fleet) startRollout(args []string, extra ...string) *rolloutProc {
 		r.code = cmd.ProcessState.ExitCode()
 		close(r.done)
 	}()
-	f.t.Cleanup(func() { _ = cmd.Process.Kill(); <-r.done })
+	started := time.Now()
+	f.t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-r.done
+		// Where a failed test's time went: the rollout's own log, with
+		// its timestamps, next to the pods' logs.
+		if f.t.Failed() {
+			f.t.Logf("rollout started %s, its log (end):\n%s", started.UTC().Format(time.RFC3339), tail(r.output(), 60))
+		}
+	})
 	return r
 }
 

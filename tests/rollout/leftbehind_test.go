@@ -63,8 +63,8 @@ func rolloutStatus(ctx context.Context, t *testing.T, args []string) rollout.Sta
 // UpgradeLeftBehind event. With --nodes-left-behind=fail the same run
 // fails.
 func TestChartChangeWithANodeAwaitingRecoveryApproval(t *testing.T) {
-	ctx := ctxTimeout(t, 8*time.Minute)
 	f := newFleet(t, 3, nil)
+	ctx := ctxTimeout(t, 8*time.Minute)
 	wedged := f.nodes[1]
 	if err := wedged.Host().Wedge(0); err != nil {
 		t.Fatal(err)
@@ -125,11 +125,11 @@ func stopAsNotReady(ctx context.Context, t *testing.T, pn *procnode.Node) {
 // ends at once, naming the canaries and the fix; once a canary that can
 // move is there, it goes first, then the rest, and the two are left behind.
 func TestCanariesThatCannotMove(t *testing.T) {
-	ctx := ctxTimeout(t, 10*time.Minute)
 	f := newFleet(t, 4, func(p, _ map[string]any) {
 		p["canarySelector"] = "canary=true"
 		p["maxUnavailable"] = "100%"
 	})
+	ctx := ctxTimeout(t, 10*time.Minute)
 	down, skipped, good, rest := f.nodes[0], f.nodes[1].Name(), f.nodes[2].Name(), f.nodes[3].Name()
 	patchNode(ctx, t, down.Name(), `{"metadata":{"labels":{"canary":"true"}}}`)
 	patchNode(ctx, t, skipped, `{"metadata":{"labels":{"canary":"true","`+keys.UpgradeSkip()+`":"true"}}}`)
@@ -212,12 +212,12 @@ func eventTime(e *corev1.Event) time.Time {
 // and bookkeeping removed, an UpgradeAbandoned event saying why; nothing
 // reboots.
 func TestDriverDisabledWhileNodesInFlight(t *testing.T) {
-	ctx := ctxTimeout(t, 8*time.Minute)
 	f := newFleet(t, 2, func(p, _ map[string]any) {
 		p["autoUpgrade"] = false
 		p["maxParallelUpgrades"] = 0
 		p["maxUnavailable"] = "100%"
 	})
+	ctx := ctxTimeout(t, 8*time.Minute)
 	args := f.upgrade(ctx, newVersion)
 	r := f.startRollout(args)
 	f.waitNodes(ctx, "waiting for approval in reboot-required", func(n *corev1.Node) bool {

@@ -29,12 +29,12 @@ func TestRolloutSurvivesEtcdRestart(t *testing.T) {
 }
 
 func outage(t *testing.T, component string, down time.Duration) {
-	ctx := ctxTimeout(t, 15*time.Minute)
 	f := newFleet(t, 12, func(p, _ map[string]any) {
 		p["maxParallelUpgrades"] = 3
 		p["maxUnavailable"] = "25%"
 		p["rebootTimeoutSeconds"] = 300
 	})
+	ctx := ctxTimeout(t, 15*time.Minute)
 	pre := f.nodes[7].Name()
 	if _, err := env.Client.CoreV1().Nodes().Patch(ctx, pre, types.MergePatchType, []byte(`{"spec":{"unschedulable":true}}`), metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)

@@ -27,8 +27,8 @@ import (
 // the old boot ID. The rollout must wait for the kubelet, not ask for a
 // second reboot.
 func TestKubeletLagGetsExactlyOneReboot(t *testing.T) {
-	ctx := ctxTimeout(t, 6*time.Minute)
 	f := newFleet(t, 1, nil)
+	ctx := ctxTimeout(t, 6*time.Minute)
 	node := f.nodes[0]
 	name := node.Name()
 	// Longer than the rebooter needs for a second reboot (its wait for
@@ -78,11 +78,11 @@ func kubectlSh(ctx context.Context, t *testing.T, line string) {
 // a later wedge under recoveryPolicy.autoRecover=false waits for an
 // approval of its own.
 func TestBulkApprovalDoesNotAuthoriseALaterRecovery(t *testing.T) {
-	ctx := ctxTimeout(t, 8*time.Minute)
 	f := newFleet(t, 2, func(p, _ map[string]any) {
 		p["autoUpgrade"] = false
 		p["maxUnavailable"] = "100%"
 	})
+	ctx := ctxTimeout(t, 8*time.Minute)
 	up, skipped := f.nodes[0], f.nodes[1]
 	if _, err := kube.PatchNode(ctx, env.Client, skipped.Name(), kube.NodeChange{Labels: map[string]*string{keys.UpgradeSkip(): kube.Set(contract.True)}}); err != nil {
 		t.Fatal(err)
@@ -152,8 +152,8 @@ func wedgeAndWait(ctx context.Context, t *testing.T, f *fleet) {
 // A recovery that starts after validation, before the uncordon: the node
 // stays cordoned, handed over to the recovery, until the recovery ends.
 func TestRecoveryAtUncordonKeepsTheNodeCordoned(t *testing.T) {
-	ctx := ctxTimeout(t, 6*time.Minute)
 	f := newFleet(t, 1, nil)
+	ctx := ctxTimeout(t, 6*time.Minute)
 	name := f.nodes[0].Name()
 	args := f.upgrade(ctx, oldVersion) // the chart's rollout arguments; nothing to upgrade
 	craft(ctx, t, name, contract.StateUncordonRequired)
@@ -190,8 +190,8 @@ func TestRecoveryAtUncordonKeepsTheNodeCordoned(t *testing.T) {
 // autoRecover=false), and the one recovery reboot also loads the new
 // driver.
 func TestRecoveryAtRebootKeepsItsReasonAndServesTheUpgrade(t *testing.T) {
-	ctx := ctxTimeout(t, 7*time.Minute)
 	f := newFleet(t, 1, nil) // autoUpgrade: true, recoveryPolicy.autoRecover: false
+	ctx := ctxTimeout(t, 7*time.Minute)
 	name := f.nodes[0].Name()
 	args := f.upgrade(ctx, newVersion)
 	craft(ctx, t, name, contract.StateDrainRequired)
@@ -225,8 +225,8 @@ func TestRecoveryAtRebootKeepsItsReasonAndServesTheUpgrade(t *testing.T) {
 // cordon the rollout holds, and neither owner uncordons while the other
 // still holds the node; the last one to let go does.
 func TestRecoveryDuringValidationKeepsTheNodeCordoned(t *testing.T) {
-	ctx := ctxTimeout(t, 6*time.Minute)
 	f := newFleet(t, 1, nil)
+	ctx := ctxTimeout(t, 6*time.Minute)
 	name := f.nodes[0].Name()
 	args := f.upgrade(ctx, oldVersion) // the chart's rollout arguments; nothing to upgrade
 	craft(ctx, t, name, contract.StateValidationRequired)

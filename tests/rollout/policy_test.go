@@ -33,12 +33,12 @@ func waitOutput(ctx context.Context, t *testing.T, r *rolloutProc, want string) 
 // running resume run switches to it, finishes the node in flight, starts
 // no other and ends paused; the hook then ends paused too.
 func TestNewerPolicyWinsAtOnce(t *testing.T) {
-	ctx := ctxTimeout(t, 8*time.Minute)
 	f := newFleet(t, 3, func(p, _ map[string]any) {
 		p["autoUpgrade"] = false
 		p["maxParallelUpgrades"] = 1
 		p["maxUnavailable"] = "100%"
 	})
+	ctx := ctxTimeout(t, 8*time.Minute)
 	names := f.names()
 	args := f.upgrade(ctx, newVersion)
 	resume := f.startRollout(args, "--resume")

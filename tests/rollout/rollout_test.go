@@ -18,11 +18,11 @@ import (
 )
 
 func TestRolloutTwelveNodesWithinBudget(t *testing.T) {
-	ctx := ctxTimeout(t, 10*time.Minute)
 	f := newFleet(t, 12, func(p, _ map[string]any) {
 		p["maxParallelUpgrades"] = 3
 		p["maxUnavailable"] = "25%"
 	})
+	ctx := ctxTimeout(t, 10*time.Minute)
 	pre := f.nodes[5].Name()
 	if _, err := env.Client.CoreV1().Nodes().Patch(ctx, pre, types.MergePatchType, []byte(`{"spec":{"unschedulable":true}}`), metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
@@ -80,11 +80,11 @@ func TestRolloutTwelveNodesWithinBudget(t *testing.T) {
 }
 
 func TestRolloutSurvivesBeingKilled(t *testing.T) {
-	ctx := ctxTimeout(t, 10*time.Minute)
 	f := newFleet(t, 6, func(p, _ map[string]any) {
 		p["maxParallelUpgrades"] = 2
 		p["maxUnavailable"] = 2
 	})
+	ctx := ctxTimeout(t, 10*time.Minute)
 	inv := f.watchInvariants()
 	args := f.upgrade(ctx, newVersion)
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 7))
@@ -111,12 +111,12 @@ func TestRolloutSurvivesBeingKilled(t *testing.T) {
 }
 
 func TestManualModeRebootsOnlyApprovedNodes(t *testing.T) {
-	ctx := ctxTimeout(t, 8*time.Minute)
 	f := newFleet(t, 3, func(p, _ map[string]any) {
 		p["autoUpgrade"] = false
 		p["maxParallelUpgrades"] = 0
 		p["maxUnavailable"] = "100%"
 	})
+	ctx := ctxTimeout(t, 8*time.Minute)
 	names := f.names()
 	// One node approved before the upgrade starts (allowed by the
 	// contract): it must go through without waiting.
@@ -158,13 +158,13 @@ func TestManualModeRebootsOnlyApprovedNodes(t *testing.T) {
 }
 
 func TestNodeThatNeverReturnsFailsAndBudgetStops(t *testing.T) {
-	ctx := ctxTimeout(t, 8*time.Minute)
 	f := newFleet(t, 4, func(p, _ map[string]any) {
 		p["maxParallelUpgrades"] = 1
 		p["maxUnavailable"] = "100%"
 		p["maxFailures"] = 1
 		p["rebootTimeoutSeconds"] = 60
 	})
+	ctx := ctxTimeout(t, 8*time.Minute)
 	names := f.names()
 	// The second node in order never comes back from its reboot.
 	f.nodes[1].LoseOnReboot()

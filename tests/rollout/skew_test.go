@@ -20,13 +20,13 @@ import (
 // after their reboot was seen to start, as with agreeing clocks.
 func TestRebootTimeoutIgnoresTheNodesClock(t *testing.T) {
 	const timeout = 60 * time.Second
-	ctx := ctxTimeout(t, 6*time.Minute)
 	f := newFleet(t, 2, func(p, _ map[string]any) {
 		p["maxParallelUpgrades"] = 2
 		p["maxUnavailable"] = "100%"
 		p["maxFailures"] = 2
 		p["rebootTimeoutSeconds"] = int(timeout / time.Second)
 	})
+	ctx := ctxTimeout(t, 6*time.Minute)
 	skews := map[string]time.Duration{f.nodes[0].Name(): -10 * time.Minute, f.nodes[1].Name(): 10 * time.Minute}
 	for _, n := range f.nodes {
 		if err := n.Host().SetClockOffset(skews[n.Name()]); err != nil {

@@ -52,8 +52,8 @@ func statusNote(ctx context.Context, t *testing.T, args []string, node string, p
 // TestStatusNamesAnInvalidApproval: approve-reboot=yes is no approval;
 // status says so and how to approve, and approving with "true" goes on.
 func TestStatusNamesAnInvalidApproval(t *testing.T) {
-	ctx := ctxTimeout(t, 6*time.Minute)
 	f := newFleet(t, 1, func(p, _ map[string]any) { p["autoUpgrade"] = false })
+	ctx := ctxTimeout(t, 6*time.Minute)
 	node := f.nodes[0].Name()
 	args := f.upgrade(ctx, newVersion)
 	r := f.startRollout(args)
@@ -118,8 +118,8 @@ func kubectlAnnotate(ctx context.Context, t *testing.T, node, key, value string)
 // purpose is refused a further one; status shows the rebooter's refusal
 // with the reset command, and resetting the history lets the rollout on.
 func TestStatusNamesTheLoopGuard(t *testing.T) {
-	ctx := ctxTimeout(t, 6*time.Minute)
 	f := newFleet(t, 1, nil)
+	ctx := ctxTimeout(t, 6*time.Minute)
 	node := f.nodes[0].Name()
 	var h budget.History
 	for _, ago := range []time.Duration{40, 30, 20} {

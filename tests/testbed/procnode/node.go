@@ -333,11 +333,8 @@ func (n *Node) reboot(ctx context.Context) error {
 	}
 	if st.RebootRequest == "" {
 		// A retry after the reboot itself happened but the final status
-		// write failed: only that write is left to do.
-		n.statusMu.Lock()
-		n.ready = true
-		n.statusMu.Unlock()
-		return n.setStatus(ctx, func(s *corev1.NodeStatus) { s.NodeInfo.BootID = st.BootID })
+		// write failed: only that write is left to do, delay included.
+		return n.reportBoot(ctx, st.BootID)
 	}
 	n.statusMu.Lock()
 	n.ready = false
@@ -364,6 +361,13 @@ func (n *Node) reboot(ctx context.Context) error {
 		r.afterReboot()
 		n.queue.Add(key)
 	}
+	return n.reportBoot(ctx, bootID)
+}
+
+// reportBoot posts the node Ready after a boot and its new boot ID, now
+// or after the DelayBootIDReport delay. A failed write is retried through
+// the work queue, which comes back here, so the delay holds on a retry.
+func (n *Node) reportBoot(ctx context.Context, bootID string) error {
 	n.statusMu.Lock()
 	n.ready = true
 	n.statusMu.Unlock()
