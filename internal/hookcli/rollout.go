@@ -113,6 +113,7 @@ func runRollout(ctx context.Context, f *rolloutFlags, log *logrus.Logger, out io
 	var final rollout.Decision
 	var snap rollout.Snapshot
 	var mode contract.LeftBehindMode
+	var passes int64
 	run := func(ctx context.Context) error {
 		log.WithField("lease", f.cluster.namespace+"/"+f.leaseName).Info("holding the rollout lease")
 		for {
@@ -137,6 +138,7 @@ func runRollout(ctx context.Context, f *rolloutFlags, log *logrus.Logger, out io
 				final, rerr = c.Run(runCtx)
 				snap, _ = c.Snapshot()
 			}
+			passes += c.Passes()
 			cancel()
 			if changed.Load() && ctx.Err() == nil {
 				log.WithField("configmap", f.cluster.namespace+"/"+f.policyConfigMap).Info("the rollout policy changed; deciding under the new one")
@@ -146,6 +148,7 @@ func runRollout(ctx context.Context, f *rolloutFlags, log *logrus.Logger, out io
 		}
 	}
 	err = rollout.WithLease(ctx, lc, run)
+	defer func() { log.WithField("decisionPasses", passes).Info("rollout decisions made") }()
 	// A lease lost to an API server or etcd outage is taken back once the
 	// server answers: every decision is read from the Nodes again, so the
 	// run goes on where it was instead of failing the Job.

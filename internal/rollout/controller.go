@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sirupsen/logrus"
@@ -91,7 +92,13 @@ type Controller struct {
 	// background counts evictions and the pauses after failed writes:
 	// work that outlives the writer that started it.
 	background sync.WaitGroup
+	// passes counts Run's decisions: what a request count divides by to
+	// compare with a controller's requests per reconcile.
+	passes atomic.Int64
 }
+
+// Passes is how many decisions Run has made.
+func (c *Controller) Passes() int64 { return c.passes.Load() }
 
 // Why a node gets no action for now (Decision.Waiting).
 const (
@@ -290,6 +297,7 @@ func (c *Controller) Run(ctx context.Context) (Decision, error) {
 		if err != nil {
 			return last, err
 		}
+		c.passes.Add(1)
 		last = d
 		if m := fmt.Sprint(s.Missing); len(s.Missing) > 0 && m != lastMissing {
 			c.cfg.Log.WithField("targets", s.Missing).Warn("re-roll targets not found; skipping them")

@@ -60,8 +60,8 @@ type Peer struct {
 type Side struct {
 	Requests []Count
 	Upgraded int
-	// Reconciles are the passes the side made (0: not known; npu-stack's
-	// rollout does not report its decision passes).
+	// Reconciles are the passes the side made: the peer's reconciles,
+	// npu-stack's decisions (0: not known).
 	Reconciles   int
 	APIServerCPU *Seconds
 }
@@ -123,7 +123,7 @@ func (s Side) APIServerCPUPerNode() (float64, bool) {
 
 // Side is npu-stack's side of the scenario.
 func (s Scenario) Side() Side {
-	return Side{Requests: s.Requests, Upgraded: s.Upgraded, APIServerCPU: s.APIServerCPU}
+	return Side{Requests: s.Requests, Upgraded: s.Upgraded, Reconciles: s.Passes, APIServerCPU: s.APIServerCPU}
 }
 
 // Side is the peer's side.

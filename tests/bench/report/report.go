@@ -69,6 +69,9 @@ type Scenario struct {
 	// behind: the fleet's wedged node, whose recovery waits for an
 	// approval. It is not counted in Upgraded.
 	LeftBehind []string `json:"leftBehind,omitempty"`
+	// Passes are the decisions the rollout made (its closing log line);
+	// 0 in results written before it reported them.
+	Passes int `json:"decisionPasses,omitempty"`
 
 	SimWrites int64 `json:"simulatedNodeWrites"`
 	// SimPodRestarts are the pods the simulated kubelet restarted in place

@@ -1,9 +1,12 @@
 package scenario
 
 import (
+	"bytes"
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/sirupsen/logrus"
 )
 
 // A rollout that ended non-zero passes only if it left behind the wedged
@@ -27,5 +30,27 @@ func TestLeftBehindAcceptsOnlyTheWedgedNode(t *testing.T) {
 		if len(lines) != tc.lines || ok != tc.ok {
 			t.Errorf("%s: %d lines, only the wedged node %v; want %d, %v", tc.name, len(lines), ok, tc.lines, tc.ok)
 		}
+	}
+}
+
+// The decision count is read from the rollout's closing line in either
+// of logrus's formats, as npu-hooks writes it.
+func TestDecisionPassesFromEitherLogFormat(t *testing.T) {
+	for name, f := range map[string]logrus.Formatter{"text": &logrus.TextFormatter{DisableColors: true}, "json": &logrus.JSONFormatter{}} {
+		var buf bytes.Buffer
+		log := logrus.New()
+		log.SetOutput(&buf)
+		log.SetFormatter(f)
+		log.WithField("decisionPasses", int64(4711)).Info("rollout decisions made")
+		path := filepath.Join(t.TempDir(), "rollout.log")
+		if err := os.WriteFile(path, append([]byte("rollout finished: 10/10\n"), buf.Bytes()...), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if got := decisionPasses(path); got != 4711 {
+			t.Errorf("%s: %d passes, want 4711 from %q", name, got, buf.String())
+		}
+	}
+	if got := decisionPasses(filepath.Join(t.TempDir(), "missing.log")); got != 0 {
+		t.Errorf("no log: %d passes, want 0", got)
 	}
 }

@@ -6,6 +6,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
@@ -134,6 +136,7 @@ func (b *Bed) runNPUStack(ctx context.Context, spec Spec, gate peerrun.Gate) (re
 	}
 	out.APIServerIdleCores = b.idleAPIServer
 	out.LeftBehind = left
+	out.Passes = decisionPasses(logPath)
 	out.Wall, out.RolloutCPU, out.RolloutPeakMB = report.S(wall), report.S(usage.CPU), procstat.MiB(usage.PeakRSS)
 	if out.API, out.CPU, err = b.loadSince(ctx, mark, "npu-hooks rollout", usage.CPU); err != nil {
 		return out, err
@@ -231,6 +234,25 @@ func (b *Bed) rollout(ctx context.Context, args, env []string, logPath string, t
 		return wall, usage, left, fmt.Errorf("npu-hooks rollout %s failed after %s: %w; log: %s\n%s", strings.Join(args, " "), wall.Round(time.Millisecond), err, logPath, tail(logPath, 20))
 	}
 	return wall, usage, left, nil
+}
+
+// passesField is the rollout's closing log field with its decision
+// count, in logrus's text or JSON form.
+var passesField = regexp.MustCompile(`"?decisionPasses"?[=:](\d+)`)
+
+// decisionPasses reads how many decisions the rollout made from its log
+// (0: not found).
+func decisionPasses(logPath string) int {
+	data, err := os.ReadFile(logPath)
+	if err != nil {
+		return 0
+	}
+	m := passesField.FindAllSubmatch(data, -1)
+	if len(m) == 0 {
+		return 0
+	}
+	n, _ := strconv.Atoi(string(m[len(m)-1][1]))
+	return n
 }
 
 // leftBehind are the rollout's summary lines naming a node it left
