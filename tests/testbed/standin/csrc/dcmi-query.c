@@ -3,17 +3,20 @@
  * libdcmi.so with dlopen from the directories of LD_LIBRARY_PATH, as the
  * MindCluster v7.3.0 device plugin does (Ascend/mind-cluster v7.3.0,
  * component/ascend-common/devmanager/dcmi/dcmi.go l.346), and prints one
- * line per chip: "<logic id> <phy id> <health code>". A library that does
+ * line per chip: "<logic id> <phy id> <health code> <chip name>". A library that does
  * not load or a failing dcmi_init() is reported on stderr with exit 1.
  */
 #include <dlfcn.h>
 #include <stdio.h>
+
+#include "dcmi.h"
 
 int main(void)
 {
 	void *h = dlopen("libdcmi.so", RTLD_NOW | RTLD_GLOBAL);
 	int (*init)(void), (*cards)(int *, int *, int), (*num)(int, int *);
 	int (*health)(int, int, unsigned int *), (*logic)(int *, int, int);
+	int (*chip)(int, int, struct dcmi_chip_info *);
 	int list[64], n = 0, ret;
 
 	if (!h) {
@@ -25,7 +28,8 @@ int main(void)
 	num = (int (*)(int, int *))dlsym(h, "dcmi_get_device_num_in_card");
 	health = (int (*)(int, int, unsigned int *))dlsym(h, "dcmi_get_device_health");
 	logic = (int (*)(int *, int, int))dlsym(h, "dcmi_get_device_logic_id");
-	if (!init || !cards || !num || !health || !logic) {
+	chip = (int (*)(int, int, struct dcmi_chip_info *))dlsym(h, "dcmi_get_device_chip_info");
+	if (!init || !cards || !num || !health || !logic || !chip) {
 		fprintf(stderr, "libdcmi.so lacks a dcmi function: %s\n", dlerror());
 		return 1;
 	}
@@ -43,9 +47,11 @@ int main(void)
 		for (int d = 0; d < k; d++) {
 			int id = -1;
 			unsigned int hs = 4;
+			struct dcmi_chip_info ci = {0};
 			logic(&id, list[c], d);
 			health(list[c], d, &hs);
-			printf("%d %d %u\n", id, id, hs);
+			chip(list[c], d, &ci);
+			printf("%d %d %u %s\n", id, id, hs, (char *)ci.chip_name);
 		}
 	}
 	return 0;

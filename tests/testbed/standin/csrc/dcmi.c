@@ -223,6 +223,17 @@ int dcmi_get_device_logic_id(int *device_logic_id, int card_id, int device_id)
 	return DCMI_OK;
 }
 
+int dcmi_get_device_chip_info(int card_id, int device_id, struct dcmi_chip_info *chip_info)
+{
+	if (chip_index(card_id, device_id) < 0)
+		return DCMI_ERR_CODE_INVALID_DEVICE_ID;
+	memset(chip_info, 0, sizeof(*chip_info));
+	snprintf((char *)chip_info->chip_type, MAX_CHIP_NAME_LEN, "Ascend");
+	snprintf((char *)chip_info->chip_name, MAX_CHIP_NAME_LEN, "%s", npu_stack_standin_chip_name());
+	snprintf((char *)chip_info->chip_ver, MAX_CHIP_NAME_LEN, "V1");
+	return DCMI_OK;
+}
+
 const char *npu_stack_standin_model(void) { return st.model; }
 
 const char *npu_stack_standin_chip_name(void)
