@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -26,11 +27,12 @@ import (
 
 const standinVersion = "25.5.0"
 
-// TestRealNodeStandInDevicePlugin installs the stand-in driver package on
-// a real node as the vendor's containerised installer runs it (chrooted
-// into the host root), installs the chart with the driver pre-installed
-// (driver.enabled=false) and the stand-in MindCluster device plugin image,
-// and checks that the device plugin pod the chart renders (its init
+// TestRealNodeStandInDevicePlugin installs the chart on a real node whose
+// host root has no driver yet, with the stand-in driver and MindCluster
+// device plugin images: the chart's driver pod runs the stand-in driver
+// package chrooted into the host (driver-entry, driver.installCommand's
+// default), with the vendor installer's file effects; the device plugin
+// pod the chart renders (its wait-for-driver and cdi-generate init
 // containers, command, mounts and securityContext as written) registers
 // with the kubelet: the node's allocatable huawei.com/Ascend910 is the
 // chip count, and drops by one when npu-smi reports a chip Critical. It
@@ -62,30 +64,44 @@ func TestRealNodeStandInDevicePlugin(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pluginBin := filepath.Join(t.TempDir(), "device-plugin")
-	if err := standin.BuildGo(ctx, root, "./tests/testbed/standin/cmd/device-plugin", pluginBin); err != nil {
-		t.Fatal(err)
+	bins := t.TempDir()
+	pluginBin, exporterBin := filepath.Join(bins, "device-plugin"), filepath.Join(bins, "npu-exporter")
+	for bin, pkg := range map[string]string{pluginBin: "./tests/testbed/standin/cmd/device-plugin", exporterBin: "./tests/testbed/standin/cmd/npu-exporter"} {
+		if err := standin.BuildGo(ctx, root, pkg, bin); err != nil {
+			t.Fatal(err)
+		}
 	}
 	testbed.WaitNode(ctx, t, env.Client, node.Name(), "Ready", nodeReady)
 	t.Logf("node %s Ready, stand-ins built: %s", node.Name(), time.Since(start).Round(time.Second))
 
-	installDriver(ctx, t, node, u, standin.NewChips(standin.Model910B, chips))
+	model := standin.NewChips(standin.Model910B, chips)
+	prepareHost(ctx, t, node, u, model)
 
 	vals := map[string]any{
 		"namespace":       ns,
 		"npuNodeSelector": map[string]any{fleetLabel: ns},
-		"driver":          map[string]any{"enabled": false},
-		"exporter":        map[string]any{"enabled": false},
+		"driver":          map[string]any{"version": standinVersion},
 		"rebooter":        map[string]any{"enabled": false},
 		"hooks":           map[string]any{"preflight": map[string]any{"enabled": false}, "resume": map[string]any{"enabled": false}},
 	}
-	pluginImage := renderedDevicePluginImage(ctx, t, ns, vals)
-	idx, err := u.DevicePluginImage(pluginBin)
+	images := renderedImages(ctx, t, ns, vals)
+	pluginIdx, err := u.DevicePluginImage(pluginBin)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := ociimage.Push(ctx, pluginImage, idx, remote.WithContext(ctx), remote.WithAuthFromKeychain(env.Registry.Keychain())); err != nil {
+	driverIdx, err := u.DriverImage(model.Model)
+	if err != nil {
 		t.Fatal(err)
+	}
+	exporterIdx, err := u.ExporterImage(exporterBin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pluginImage := images["device-plugin"]
+	for ref, idx := range map[string]v1.ImageIndex{pluginImage: pluginIdx, images["driver"]: driverIdx, images["exporter"]: exporterIdx} {
+		if err := ociimage.Push(ctx, ref, idx, remote.WithContext(ctx), remote.WithAuthFromKeychain(env.Registry.Keychain())); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if _, err := env.Helm(ns).Install(ctx, ns, vals, testbed.InstallOptions{DisableHooks: true}); err != nil {
 		t.Fatal(err)
@@ -108,6 +124,7 @@ func TestRealNodeStandInDevicePlugin(t *testing.T) {
 	}
 	testbed.WaitNode(ctx, t, env.Client, node.Name(), fmt.Sprintf("allocatable %s = %d", resource, chips), allocatable(chips))
 	t.Logf("device plugin registered %d chips: %s", chips, time.Since(start).Round(time.Second))
+	checkInstalled(ctx, t, node, model)
 	cm, err := env.Client.CoreV1().ConfigMaps("kube-system").Get(ctx, cmName, metav1.GetOptions{})
 	if err != nil {
 		t.Fatalf("the device plugin's ConfigMap: %v", err)
@@ -123,23 +140,20 @@ func TestRealNodeStandInDevicePlugin(t *testing.T) {
 	}
 	testbed.WaitNode(ctx, t, env.Client, node.Name(), fmt.Sprintf("allocatable %s = %d after chip 1 went Critical", resource, chips-1), allocatable(chips-1))
 
+	checkExporter(ctx, t, ns, node, map[int]int{0: 1, 1: 0})
 	checkLoaderError(ctx, t, ns, node, pluginImage)
 	t.Logf("test wall time %s", time.Since(start).Round(time.Second))
 }
 
-// installDriver lays out the node's host root as the stand-in driver
-// package installs it: the test bed's /sys/module and chips (interface 8:
-// a tmpfs over /sys/module in the node's mount namespace), the driver's
-// user (which the vendor's installer requires), and the package run
-// chrooted into the node's root with the chart's default options, as
-// driver-entry runs it. It checks the package's file effects.
-func installDriver(ctx context.Context, t *testing.T, node *realnode.Node, u *standin.UserSpace, c standin.Chips) {
+// prepareHost lays out what the node has before the driver: the test
+// bed's /sys/module (interface 8: a tmpfs over it in the node's mount
+// namespace) and chips, and the driver's user, which the vendor's
+// installer requires and does not create: run before, it fails with the
+// vendor's message.
+func prepareHost(ctx context.Context, t *testing.T, node *realnode.Node, u *standin.UserSpace, c standin.Chips) {
 	t.Helper()
 	if out, err := node.Command(ctx, "mount", "-t", "tmpfs", "-o", "mode=755", "sysfs-modules", "/sys/module").CombinedOutput(); err != nil {
 		t.Fatalf("tmpfs over /sys/module on %s: %v\n%s", node.Name(), err, out)
-	}
-	if err := standin.AddDriverUser(node.Path); err != nil {
-		t.Fatal(err)
 	}
 	if err := standin.WriteChips(node.Path, c); err != nil {
 		t.Fatal(err)
@@ -148,10 +162,25 @@ func installDriver(ctx context.Context, t *testing.T, node *realnode.Node, u *st
 	if err := u.WriteRun(node.Path(staged), c.Model); err != nil {
 		t.Fatal(err)
 	}
-	out, err := node.Command(ctx, staged, "--full", "--quiet", "--install-for-all", "--install-path=/usr/local/Ascend").CombinedOutput()
-	if err != nil {
-		t.Fatalf("stand-in driver package on %s: %v\n%s", node.Name(), err, out)
+	out, err := node.Command(ctx, staged, "--full", "--quiet", "--install-for-all").CombinedOutput()
+	const want = "ERR_NO:0x0091;ERR_DES:HwHiAiUser not exists! Please add HwHiAiUser"
+	if err == nil || !strings.Contains(string(out), want) {
+		t.Errorf("driver package without the HwHiAiUser user on %s: %v, output %q; want it to fail with %q", node.Name(), err, out, want)
 	}
+	if err := os.Remove(node.Path(staged)); err != nil {
+		t.Fatal(err)
+	}
+	if err := standin.AddDriverUser(node.Path); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// checkInstalled checks the driver package's file effects on the node
+// and runs npu-smi there as the health watch does (chrooted into the
+// host, here without LD_LIBRARY_PATH: the installer's loader
+// configuration applies).
+func checkInstalled(ctx context.Context, t *testing.T, node *realnode.Node, c standin.Chips) {
+	t.Helper()
 	kernel, err := node.Command(ctx, "uname", "-r").Output()
 	if err != nil {
 		t.Fatal(err)
@@ -168,14 +197,16 @@ func installDriver(ctx context.Context, t *testing.T, node *realnode.Node, u *st
 	if err != nil || !bytes.Contains(info, []byte("Driver_Install_For_All=yes\n")) || !bytes.HasSuffix(info, []byte("Driver_Install_Status=complete\n")) {
 		t.Errorf("/etc/ascend_install.info: %v\n%s", err, info)
 	}
-	for _, d := range []string{"/dev/davinci0", "/dev/davinci1", "/dev/davinci_manager", "/dev/devmm_svm", "/dev/hisi_hdc"} {
+	for i := range len(c.Chips) + 3 {
+		d := fmt.Sprintf("/dev/davinci%d", i)
+		if i >= len(c.Chips) {
+			d = []string{"/dev/davinci_manager", "/dev/devmm_svm", "/dev/hisi_hdc"}[i-len(c.Chips)]
+		}
 		fi, err := os.Stat(node.Path(d))
 		if err != nil || fi.Mode()&os.ModeCharDevice == 0 || fi.Mode().Perm() != 0o666 {
-			t.Errorf("%s on %s: %v (mode %v), want a character device 0666", d, node.Name(), err, fi.Mode())
+			t.Errorf("%s on %s: %v (%v), want a character device 0666 (--install-for-all)", d, node.Name(), err, fi)
 		}
 	}
-	// On the host, as the health watch runs it (chrooted, here without
-	// LD_LIBRARY_PATH: the installer's loader configuration applies).
 	smi, err := node.Command(ctx, "/usr/local/sbin/npu-smi", "info").Output()
 	if err != nil {
 		t.Fatalf("npu-smi info on %s: %v\n%s", node.Name(), err, smi)
@@ -186,27 +217,61 @@ func installDriver(ctx context.Context, t *testing.T, node *realnode.Node, u *st
 	}
 }
 
-// renderedDevicePluginImage is the image of the device-plugin container
-// the chart renders with vals.
-func renderedDevicePluginImage(ctx context.Context, t *testing.T, ns string, vals map[string]any) string {
+// renderedImages are the images of the containers the chart renders with
+// vals, by container name.
+func renderedImages(ctx context.Context, t *testing.T, ns string, vals map[string]any) map[string]string {
 	t.Helper()
 	rel, err := env.Helm(ns).Render(ctx, ns, vals)
 	if err != nil {
 		t.Fatal(err)
 	}
+	images := map[string]string{}
 	for _, doc := range strings.Split(rel.Manifest, "\n---") {
 		var ds appsv1.DaemonSet
 		if err := yaml.NewYAMLOrJSONDecoder(strings.NewReader(doc), 4096).Decode(&ds); err != nil || ds.Kind != "DaemonSet" {
 			continue
 		}
 		for _, c := range ds.Spec.Template.Spec.Containers {
-			if c.Name == "device-plugin" {
-				return c.Image
-			}
+			images[c.Name] = c.Image
 		}
 	}
-	t.Fatal("no device-plugin container in the rendered chart")
-	return ""
+	for _, c := range []string{"driver", "device-plugin", "exporter"} {
+		if images[c] == "" {
+			t.Fatalf("no %s container in the rendered chart (containers %v)", c, images)
+		}
+	}
+	return images
+}
+
+// checkExporter reads the exporter's metrics from the node (its pod IP is
+// on the node's pod network) and checks each chip's health gauge.
+func checkExporter(ctx context.Context, t *testing.T, ns string, node *realnode.Node, want map[int]int) {
+	t.Helper()
+	var ip string
+	err := testbed.WaitFor(ctx, testbed.PodsLW(env.Client, ns, "npu.openfuyao.com/exporter=true"), &corev1.Pod{}, func(pods []*corev1.Pod) (bool, error) {
+		for _, p := range pods {
+			if p.Status.Phase == corev1.PodRunning && p.Status.PodIP != "" {
+				ip = p.Status.PodIP
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		t.Fatalf("exporter pod running on %s: %v", node.Name(), err)
+	}
+	// The container runs before it listens: curl retries a refused
+	// connection.
+	out, err := node.Command(ctx, "curl", "-sSf", "--retry", "20", "--retry-connrefused", "--retry-delay", "1", "http://"+ip+":8082/metrics").CombinedOutput()
+	if err != nil {
+		t.Fatalf("exporter metrics from %s: %v\n%s", node.Name(), err, out)
+	}
+	for id, v := range want {
+		line := fmt.Sprintf(`npu_chip_info_health_status{container_name="",id="%d",model_name="910B3",namespace="",pcie_bus_info="",pod_name="",vdie_id=""} %d`, id, v)
+		if !strings.Contains(string(out), line+"\n") {
+			t.Errorf("exporter metrics lack %q:\n%s", line, out)
+		}
+	}
 }
 
 // checkLoaderError runs the node's npu-smi (the host's / at /host) in a
