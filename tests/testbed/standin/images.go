@@ -41,7 +41,6 @@ const (
 type file struct {
 	mode int64
 	body []byte
-	link string // symlink target, if a symlink
 	dir  bool
 }
 
@@ -218,8 +217,6 @@ func tarOf(files map[string]file) ([]byte, error) {
 		switch {
 		case f.dir:
 			h.Typeflag, h.Name = tar.TypeDir, n+"/"
-		case f.link != "":
-			h.Typeflag, h.Linkname = tar.TypeSymlink, f.link
 		default:
 			h.Typeflag, h.Size = tar.TypeReg, int64(len(f.body))
 		}
