@@ -27,16 +27,18 @@ import (
 
 const standinVersion = "25.5.0"
 
-// TestRealNodeStandInDevicePlugin installs the chart on a real node whose
-// host root has no driver yet, with the stand-in driver and MindCluster
-// device plugin images: the chart's driver pod runs the stand-in driver
-// package chrooted into the host (driver-entry, driver.installCommand's
-// default), with the vendor installer's file effects; the device plugin
-// pod the chart renders (its wait-for-driver and cdi-generate init
-// containers, command, mounts and securityContext as written) registers
-// with the kubelet: the node's allocatable huawei.com/Ascend910 is the
-// chip count, and drops by one when npu-smi reports a chip Critical. It
-// then runs the node's npu-smi in a container that lacks the driver's
+// TestRealNodeStandInDevicePlugin installs the chart on a 910B and a
+// 310P real node whose host roots have no driver yet, with the stand-in
+// driver, MindCluster device plugin and exporter images: each profile's
+// driver pod runs the stand-in driver package chrooted into its host
+// (driver-entry, driver.installCommand's default), with the vendor
+// installer's file effects; the device plugin pod the chart renders (its
+// wait-for-driver and cdi-generate init containers, command, mounts and
+// securityContext as written) registers with each kubelet: allocatable
+// huawei.com/Ascend910 on the 910B node and huawei.com/Ascend310P on the
+// 310P node are the chip counts, and the 910B node's drops by one when
+// npu-smi reports a chip Critical, which the exporter reports too. It then
+// runs the node's npu-smi in a container that lacks the driver's
 // libraries, which fails with the loader's error (finding 2 of the host
 // contract issue, on a real node).
 func TestRealNodeStandInDevicePlugin(t *testing.T) {
@@ -50,11 +52,25 @@ func TestRealNodeStandInDevicePlugin(t *testing.T) {
 	ns := nsObj.Name
 	const fleetLabel = "npu-stack.test/standin-fleet"
 	const chips = 2
-	node, err := env.AddRealNode(ctx, testbed.NodeSpec{Prefix: "real-npu", ChipCount: chips, Labels: map[string]string{fleetLabel: ns}})
-	if err != nil {
-		t.Fatal(err)
+	fleet := []struct {
+		chip  string // the profile's chip label
+		model standin.Chips
+		node  *realnode.Node
+	}{
+		{chip: "910b", model: standin.NewChips(standin.Model910B, chips)},
+		{chip: "310p", model: standin.NewChips(standin.Model310P, chips)},
 	}
-	t.Cleanup(func() { stopNode(t, node) })
+	var profiles []any
+	for i := range fleet {
+		f := &fleet[i]
+		node, err := env.AddRealNode(ctx, testbed.NodeSpec{Prefix: "real-" + f.chip, Chip: f.chip, ChipCount: chips, Labels: map[string]string{fleetLabel: ns}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.node = node
+		t.Cleanup(func() { stopNode(t, node) })
+		profiles = append(profiles, map[string]any{"name": f.chip, "chip": f.chip, "kernel": "5.15.0-105-generic", "os": "ubuntu22.04"})
+	}
 
 	u, err := standin.BuildUserSpace(ctx, t.TempDir(), standinVersion)
 	if err != nil {
@@ -71,78 +87,88 @@ func TestRealNodeStandInDevicePlugin(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	testbed.WaitNode(ctx, t, env.Client, node.Name(), "Ready", nodeReady)
-	t.Logf("node %s Ready, stand-ins built: %s", node.Name(), time.Since(start).Round(time.Second))
-
-	model := standin.NewChips(standin.Model910B, chips)
-	prepareHost(ctx, t, node, u, model)
+	for _, f := range fleet {
+		testbed.WaitNode(ctx, t, env.Client, f.node.Name(), "Ready", nodeReady)
+		prepareHost(ctx, t, f.node, u, f.model)
+	}
+	t.Logf("nodes Ready, stand-ins built: %s", time.Since(start).Round(time.Second))
 
 	vals := map[string]any{
 		"namespace":       ns,
 		"npuNodeSelector": map[string]any{fleetLabel: ns},
-		"driver":          map[string]any{"version": standinVersion},
+		"driver":          map[string]any{"version": standinVersion, "profiles": profiles},
 		"rebooter":        map[string]any{"enabled": false},
 		"hooks":           map[string]any{"preflight": map[string]any{"enabled": false}, "resume": map[string]any{"enabled": false}},
 	}
 	images := renderedImages(ctx, t, ns, vals)
-	pluginIdx, err := u.DevicePluginImage(pluginBin)
-	if err != nil {
-		t.Fatal(err)
+	idx := map[string]func() (v1.ImageIndex, error){
+		"device-plugin": func() (v1.ImageIndex, error) { return u.DevicePluginImage(pluginBin) },
+		"exporter":      func() (v1.ImageIndex, error) { return u.ExporterImage(exporterBin) },
 	}
-	driverIdx, err := u.DriverImage(model.Model)
-	if err != nil {
-		t.Fatal(err)
+	for _, f := range fleet {
+		idx["driver-"+f.chip] = func() (v1.ImageIndex, error) { return u.DriverImage(f.model.Model) }
 	}
-	exporterIdx, err := u.ExporterImage(exporterBin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pluginImage := images["device-plugin"]
-	for ref, idx := range map[string]v1.ImageIndex{pluginImage: pluginIdx, images["driver"]: driverIdx, images["exporter"]: exporterIdx} {
-		if err := ociimage.Push(ctx, ref, idx, remote.WithContext(ctx), remote.WithAuthFromKeychain(env.Registry.Keychain())); err != nil {
+	for ds, build := range idx {
+		ref := images[ds]
+		if ref == "" {
+			t.Fatalf("no DaemonSet %s in the rendered chart (%v)", ds, images)
+		}
+		img, err := build()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := ociimage.Push(ctx, ref, img, remote.WithContext(ctx), remote.WithAuthFromKeychain(env.Registry.Keychain())); err != nil {
 			t.Fatal(err)
 		}
 	}
 	if _, err := env.Helm(ns).Install(ctx, ns, vals, testbed.InstallOptions{DisableHooks: true}); err != nil {
 		t.Fatal(err)
 	}
-	cmName := "mindx-dl-deviceinfo-" + node.Name()
 	t.Cleanup(func() {
 		if t.Failed() {
 			logPods(t, ns)
 		}
 		_ = env.Helm(ns).Uninstall(ns)
-		_ = env.Client.CoreV1().ConfigMaps("kube-system").Delete(context.Background(), cmName, metav1.DeleteOptions{})
+		for _, f := range fleet {
+			_ = env.Client.CoreV1().ConfigMaps("kube-system").Delete(context.Background(), "mindx-dl-deviceinfo-"+f.node.Name(), metav1.DeleteOptions{})
+		}
 	})
 
-	resource := corev1.ResourceName(standin.NewChips(standin.Model910B, 0).ResourceName())
-	allocatable := func(want int64) func(*corev1.Node) bool {
-		return func(n *corev1.Node) bool {
-			q, ok := n.Status.Allocatable[resource]
-			return ok && q.Value() == want
+	for _, f := range fleet {
+		resource := corev1.ResourceName(f.model.ResourceName())
+		testbed.WaitNode(ctx, t, env.Client, f.node.Name(), fmt.Sprintf("allocatable %s = %d", resource, chips), allocatable(resource, chips))
+		checkInstalled(ctx, t, f.node, f.model)
+		cmName := "mindx-dl-deviceinfo-" + f.node.Name()
+		cm, err := env.Client.CoreV1().ConfigMaps("kube-system").Get(ctx, cmName, metav1.GetOptions{})
+		if err != nil {
+			t.Fatalf("the device plugin's ConfigMap: %v", err)
+		}
+		typ := strings.TrimPrefix(string(resource), "huawei.com/")
+		if want := fmt.Sprintf(`"%s":"%s-0,%s-1"`, resource, typ, typ); !strings.Contains(cm.Data["DeviceInfoCfg"], want) {
+			t.Errorf("ConfigMap %s DeviceInfoCfg %s: want %s", cmName, cm.Data["DeviceInfoCfg"], want)
 		}
 	}
-	testbed.WaitNode(ctx, t, env.Client, node.Name(), fmt.Sprintf("allocatable %s = %d", resource, chips), allocatable(chips))
-	t.Logf("device plugin registered %d chips: %s", chips, time.Since(start).Round(time.Second))
-	checkInstalled(ctx, t, node, model)
-	cm, err := env.Client.CoreV1().ConfigMaps("kube-system").Get(ctx, cmName, metav1.GetOptions{})
-	if err != nil {
-		t.Fatalf("the device plugin's ConfigMap: %v", err)
-	}
-	if !strings.Contains(cm.Data["DeviceInfoCfg"], `"huawei.com/Ascend910":"Ascend910-0,Ascend910-1"`) {
-		t.Errorf("ConfigMap %s DeviceInfoCfg %s: want both chips healthy", cmName, cm.Data["DeviceInfoCfg"])
-	}
+	t.Logf("device plugins registered: %s", time.Since(start).Round(time.Second))
 
+	node := fleet[0].node
 	sick := standin.NewChips(standin.Model910B, chips)
 	sick.Chips[1].Health = "Critical"
 	if err := standin.WriteChips(node.Path, sick); err != nil {
 		t.Fatal(err)
 	}
-	testbed.WaitNode(ctx, t, env.Client, node.Name(), fmt.Sprintf("allocatable %s = %d after chip 1 went Critical", resource, chips-1), allocatable(chips-1))
+	resource := corev1.ResourceName(sick.ResourceName())
+	testbed.WaitNode(ctx, t, env.Client, node.Name(), fmt.Sprintf("allocatable %s = %d after chip 1 went Critical", resource, chips-1), allocatable(resource, chips-1))
 
-	checkExporter(ctx, t, ns, node, map[int]int{0: 1, 1: 0})
-	checkLoaderError(ctx, t, ns, node, pluginImage)
+	checkExporter(ctx, t, ns, node, "910B3", map[int]int{0: 1, 1: 0})
+	checkLoaderError(ctx, t, ns, node, images["device-plugin"])
 	t.Logf("test wall time %s", time.Since(start).Round(time.Second))
+}
+
+func allocatable(resource corev1.ResourceName, want int64) func(*corev1.Node) bool {
+	return func(n *corev1.Node) bool {
+		q, ok := n.Status.Allocatable[resource]
+		return ok && q.Value() == want
+	}
 }
 
 // prepareHost lays out what the node has before the driver: the test
@@ -217,8 +243,9 @@ func checkInstalled(ctx context.Context, t *testing.T, node *realnode.Node, c st
 	}
 }
 
-// renderedImages are the images of the containers the chart renders with
-// vals, by container name.
+// renderedImages are the images of the DaemonSets the chart renders with
+// vals, by DaemonSet name less the release's prefix ("driver-910b",
+// "device-plugin", "exporter"): each one's main container's.
 func renderedImages(ctx context.Context, t *testing.T, ns string, vals map[string]any) map[string]string {
 	t.Helper()
 	rel, err := env.Helm(ns).Render(ctx, ns, vals)
@@ -231,26 +258,19 @@ func renderedImages(ctx context.Context, t *testing.T, ns string, vals map[strin
 		if err := yaml.NewYAMLOrJSONDecoder(strings.NewReader(doc), 4096).Decode(&ds); err != nil || ds.Kind != "DaemonSet" {
 			continue
 		}
-		for _, c := range ds.Spec.Template.Spec.Containers {
-			images[c.Name] = c.Image
-		}
-	}
-	for _, c := range []string{"driver", "device-plugin", "exporter"} {
-		if images[c] == "" {
-			t.Fatalf("no %s container in the rendered chart (containers %v)", c, images)
-		}
+		images[strings.TrimPrefix(ds.Name, ns+"-npu-stack-")] = ds.Spec.Template.Spec.Containers[0].Image
 	}
 	return images
 }
 
 // checkExporter reads the exporter's metrics from the node (its pod IP is
 // on the node's pod network) and checks each chip's health gauge.
-func checkExporter(ctx context.Context, t *testing.T, ns string, node *realnode.Node, want map[int]int) {
+func checkExporter(ctx context.Context, t *testing.T, ns string, node *realnode.Node, model string, want map[int]int) {
 	t.Helper()
 	var ip string
 	err := testbed.WaitFor(ctx, testbed.PodsLW(env.Client, ns, "npu.openfuyao.com/exporter=true"), &corev1.Pod{}, func(pods []*corev1.Pod) (bool, error) {
 		for _, p := range pods {
-			if p.Status.Phase == corev1.PodRunning && p.Status.PodIP != "" {
+			if p.Spec.NodeName == node.Name() && p.Status.Phase == corev1.PodRunning && p.Status.PodIP != "" {
 				ip = p.Status.PodIP
 				return true, nil
 			}
@@ -267,7 +287,7 @@ func checkExporter(ctx context.Context, t *testing.T, ns string, node *realnode.
 		t.Fatalf("exporter metrics from %s: %v\n%s", node.Name(), err, out)
 	}
 	for id, v := range want {
-		line := fmt.Sprintf(`npu_chip_info_health_status{container_name="",id="%d",model_name="910B3",namespace="",pcie_bus_info="",pod_name="",vdie_id=""} %d`, id, v)
+		line := fmt.Sprintf(`npu_chip_info_health_status{container_name="",id="%d",model_name="%s",namespace="",pcie_bus_info="",pod_name="",vdie_id=""} %d`, id, model, v)
 		if !strings.Contains(string(out), line+"\n") {
 			t.Errorf("exporter metrics lack %q:\n%s", line, out)
 		}
