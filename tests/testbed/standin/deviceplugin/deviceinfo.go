@@ -79,14 +79,16 @@ func DeviceList(chips []Chip) map[string]string {
 // DeviceInfoConfigMap is the mindx-dl-deviceinfo-<node> ConfigMap
 // (pkg/kubeclient/client_server.go WriteDeviceInfoDataIntoCM; CheckCode
 // is the SHA-256 of the DeviceInfo JSON, pkg/common/common.go
-// MakeDataHash). SuperPodID and ServerIndex are -1, as written when the
-// node is no super-pod member (kubeclient.go l.287). The A3 form adds
+// MakeDataHash). SuperPodID and ServerIndex are -2, what
+// pkg/server/manager.go setSuperPodInfo() keeps when the chips give no
+// super-pod information (getSuperPodInfo: SuperPodIdAbnormal,
+// ServerIdAbnormal, pkg/common/constants.go l.715-724). The A3 form adds
 // SwitchInfoCfg, which this stand-in does not write.
 func DeviceInfoConfigMap(node string, chips []Chip, now time.Time) (*corev1.ConfigMap, error) {
 	cache := nodeDeviceInfoCache{
 		DeviceInfo:  nodeDeviceInfo{DeviceList: DeviceList(chips), UpdateTime: now.Unix()},
-		SuperPodID:  -1,
-		ServerIndex: -1,
+		SuperPodID:  -2,
+		ServerIndex: -2,
 	}
 	info, err := json.Marshal(cache.DeviceInfo)
 	if err != nil {

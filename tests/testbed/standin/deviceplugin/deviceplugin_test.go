@@ -72,7 +72,7 @@ func TestDeviceInfoConfigMapFormat(t *testing.T) {
 		t.Errorf("CheckCode %s is not the SHA-256 of DeviceInfo %s", got.CheckCode, got.DeviceInfo)
 	}
 	want := `{"DeviceList":{"huawei.com/Ascend910":"Ascend910-0","huawei.com/Ascend910-Fault":"[]","huawei.com/Ascend910-NetworkUnhealthy":"","huawei.com/Ascend910-Recovering":"","huawei.com/Ascend910-Unhealthy":"Ascend910-1"},"UpdateTime":1700000000}`
-	if string(got.DeviceInfo) != want || got.SuperPodID != -1 || got.ServerIndex != -1 {
+	if string(got.DeviceInfo) != want || got.SuperPodID != -2 || got.ServerIndex != -2 {
 		t.Errorf("DeviceInfoCfg %s", cm.Data["DeviceInfoCfg"])
 	}
 	if _, ok := cm.Data["ManuallySeparateNPU"]; !ok || cm.Data["Description"] == "" {
