@@ -32,8 +32,11 @@ type Chip struct {
 	Name string
 }
 
-// Healthy: OK and Warning chips compute; an Alarm or Critical chip has a
-// fault (as internal/npusmi's Health.Usable).
+// Healthy is the stand-in plugin's health of a chip: OK and Warning chips
+// compute, an Alarm, Critical or unknown one does not (as internal/npusmi's
+// Health.Usable). Upstream derives a chip's health from the fault events
+// and codes dcmi reports (pkg/device/ascend910.go), which the stand-in
+// driver has none of; its health code is what it reports.
 func (c Chip) Healthy() bool { return c.Health <= 1 }
 
 // DeviceType is the plugin's device type for the chip: Ascend310P for a

@@ -4,7 +4,8 @@
 // (component/npu-exporter/main.go), logs to -logFile, and serves
 // npu_chip_info_health_status per chip on -ip:-port /metrics, in the
 // label set of upstream's collector (collector/testdata/
-// prometheus_metrics): 1 for a healthy chip, 0 otherwise. The chips come
+// prometheus_metrics): 1 when dcmi's health code is 0 (OK), 0 otherwise
+// (collector/metrics/collector_for_npu.go getHealth, getHealthCode). The chips come
 // through the driver's libdcmi.so (dcmi-query), so without the driver's
 // libraries it serves no chips and says why in its log.
 package main
@@ -67,7 +68,7 @@ func run(args []string) error {
 		b.WriteString("# HELP npu_chip_info_health_status the npu health status\n# TYPE npu_chip_info_health_status gauge\n")
 		for _, c := range chips {
 			v := 0
-			if c.Healthy() {
+			if c.Health == 0 {
 				v = 1
 			}
 			fmt.Fprintf(&b, "npu_chip_info_health_status{container_name=\"\",id=\"%d\",model_name=%q,namespace=\"\",pcie_bus_info=\"\",pod_name=\"\",vdie_id=\"\"} %d\n", c.LogicID, c.Name, v)
