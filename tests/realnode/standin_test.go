@@ -56,6 +56,7 @@ func TestRealNodeStandInDevicePlugin(t *testing.T) {
 		chip  string // the profile's chip label
 		model standin.Chips
 		node  *realnode.Node
+		u     *standin.UserSpace
 	}{
 		{chip: "910b", model: standin.NewChips(standin.Model910B, chips)},
 		{chip: "310p", model: standin.NewChips(standin.Model310P, chips)},
@@ -72,10 +73,12 @@ func TestRealNodeStandInDevicePlugin(t *testing.T) {
 		profiles = append(profiles, map[string]any{"name": f.chip, "chip": f.chip, "kernel": "5.15.0-105-generic", "os": "ubuntu22.04"})
 	}
 
-	u, err := standin.BuildUserSpace(ctx, t.TempDir(), standinVersion)
-	if err != nil {
-		t.Fatal(err)
+	for i := range fleet {
+		if fleet[i].u, err = standin.BuildUserSpace(ctx, t.TempDir(), standinVersion, fleet[i].model.Model); err != nil {
+			t.Fatal(err)
+		}
 	}
+	u := fleet[0].u
 	root, err := testbed.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
@@ -89,7 +92,7 @@ func TestRealNodeStandInDevicePlugin(t *testing.T) {
 	}
 	for _, f := range fleet {
 		testbed.WaitNode(ctx, t, env.Client, f.node.Name(), "Ready", nodeReady)
-		prepareHost(ctx, t, f.node, u, f.model)
+		prepareHost(ctx, t, f.node, f.u, f.model)
 	}
 	t.Logf("nodes Ready, stand-ins built: %s", time.Since(start).Round(time.Second))
 
@@ -106,7 +109,7 @@ func TestRealNodeStandInDevicePlugin(t *testing.T) {
 		"exporter":      func() (v1.ImageIndex, error) { return u.ExporterImage(exporterBin) },
 	}
 	for _, f := range fleet {
-		idx["driver-"+f.chip] = func() (v1.ImageIndex, error) { return u.DriverImage(f.model.Model) }
+		idx["driver-"+f.chip] = f.u.DriverImage
 	}
 	for ds, build := range idx {
 		ref := images[ds]
@@ -160,6 +163,7 @@ func TestRealNodeStandInDevicePlugin(t *testing.T) {
 	testbed.WaitNode(ctx, t, env.Client, node.Name(), fmt.Sprintf("allocatable %s = %d after chip 1 went Critical", resource, chips-1), allocatable(resource, chips-1))
 
 	checkExporter(ctx, t, ns, node, "910B3", map[int]int{0: 1, 1: 0})
+	checkWorkload(ctx, t, ns, node, images["device-plugin"])
 	checkLoaderError(ctx, t, ns, node, images["device-plugin"])
 	t.Logf("test wall time %s", time.Since(start).Round(time.Second))
 }
@@ -185,7 +189,7 @@ func prepareHost(ctx context.Context, t *testing.T, node *realnode.Node, u *stan
 		t.Fatal(err)
 	}
 	const staged = "/var/lib/npu-stack/installer/standin/driver.run"
-	if err := u.WriteRun(node.Path(staged), c.Model); err != nil {
+	if err := u.WriteRun(node.Path(staged)); err != nil {
 		t.Fatal(err)
 	}
 	out, err := node.Command(ctx, staged, "--full", "--quiet", "--install-for-all").CombinedOutput()
@@ -294,6 +298,80 @@ func checkExporter(ctx context.Context, t *testing.T, ns string, node *realnode.
 	}
 }
 
+// checkWorkload runs a workload as docs/installation.md ("How workloads
+// get the driver libraries") writes it, requesting one
+// huawei.com/Ascend910 on node, whose chip 1 is Critical: the device
+// plugin gives it /dev/davinci0 only, and npu-smi runs in it with the
+// documented mounts and LD_LIBRARY_PATH. image stands for the workload's
+// (bash and a C library).
+func checkWorkload(ctx context.Context, t *testing.T, ns string, node *realnode.Node, image string) {
+	t.Helper()
+	root, err := testbed.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc, err := os.ReadFile(filepath.Join(root, "docs", "installation.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(string(doc), "## How workloads get the driver libraries")
+	_, block, ok2 := strings.Cut(section, "```yaml\n")
+	block, _, ok3 := strings.Cut(block, "```")
+	if !ok || !ok2 || !ok3 {
+		t.Fatal(`docs/installation.md: no yaml block under "How workloads get the driver libraries"`)
+	}
+	var pod corev1.Pod
+	if err := yaml.NewYAMLOrJSONDecoder(strings.NewReader(block), 4096).Decode(&pod); err != nil {
+		t.Fatalf("docs/installation.md workload: %v", err)
+	}
+	pod.Name, pod.Labels = "workload", map[string]string{"app": "workload"}
+	pod.Spec.NodeName, pod.Spec.RestartPolicy = node.Name(), corev1.RestartPolicyNever
+	pod.Spec.TerminationGracePeriodSeconds = ptr.To[int64](1)
+	c := &pod.Spec.Containers[0]
+	c.Image, c.Command = image, []string{"/bin/bash", "-c", `printf '%s\n' /dev/* && npu-smi info`}
+	if _, err := env.Client.CoreV1().Pods(ns).Create(ctx, &pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	code, logs := waitTerminated(ctx, t, ns, "workload", c.Name)
+	if code != 0 {
+		t.Fatalf("workload on %s: exit %d, log:\n%s", node.Name(), code, logs)
+	}
+	devs, table, _ := strings.Cut(logs, "+")
+	if !strings.Contains(devs, "/dev/davinci0\n") || strings.Contains(devs, "/dev/davinci1\n") || !strings.Contains(devs, "/dev/davinci_manager\n") {
+		t.Errorf("workload's /dev: %q, want davinci0 (the healthy chip) and davinci_manager, not davinci1", devs)
+	}
+	info, err := npusmi.Parse([]byte("+" + table))
+	if err != nil || len(info.Chips) != 1 || info.Version != standinVersion {
+		t.Errorf("npu-smi info in the workload: %v, chips %+v, version %q\n%s", err, info.Chips, info.Version, table)
+	}
+}
+
+// waitTerminated waits until container of pod name has terminated and
+// returns its exit code and log.
+func waitTerminated(ctx context.Context, t *testing.T, ns, name, container string) (int32, string) {
+	t.Helper()
+	var code int32 = -1
+	err := testbed.WaitFor(ctx, testbed.PodsLW(env.Client, ns, "app="+name), &corev1.Pod{}, func(pods []*corev1.Pod) (bool, error) {
+		for _, p := range pods {
+			for _, cs := range p.Status.ContainerStatuses {
+				if cs.Name == container && cs.State.Terminated != nil {
+					code = cs.State.Terminated.ExitCode
+					return true, nil
+				}
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		t.Fatalf("pod %s/%s terminated: %v", ns, name, err)
+	}
+	logs, err := env.Client.CoreV1().Pods(ns).GetLogs(name, &corev1.PodLogOptions{Container: container}).DoRaw(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return code, string(logs)
+}
+
 // checkLoaderError runs the node's npu-smi (the host's / at /host) in a
 // container of the device plugin's image, which has a C library but not
 // the driver's libraries: the loader refuses it, exit 127.
@@ -319,27 +397,9 @@ func checkLoaderError(ctx context.Context, t *testing.T, ns string, node *realno
 	if _, err := env.Client.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	var code int32 = -1
-	err := testbed.WaitFor(ctx, testbed.PodsLW(env.Client, ns, "app=npu-smi-no-libs"), &corev1.Pod{}, func(pods []*corev1.Pod) (bool, error) {
-		for _, p := range pods {
-			for _, cs := range p.Status.ContainerStatuses {
-				if cs.State.Terminated != nil {
-					code = cs.State.Terminated.ExitCode
-					return true, nil
-				}
-			}
-		}
-		return false, nil
-	})
-	if err != nil {
-		t.Fatalf("npu-smi pod on %s: %v", node.Name(), err)
-	}
-	logs, err := env.Client.CoreV1().Pods(ns).GetLogs(pod.Name, &corev1.PodLogOptions{Container: "npu-smi"}).DoRaw(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	code, logs := waitTerminated(ctx, t, ns, "npu-smi-no-libs", "npu-smi")
 	const want = "error while loading shared libraries: libdcmi.so: cannot open shared object file: No such file or directory"
-	if code != 127 || !strings.Contains(string(logs), want) {
+	if code != 127 || !strings.Contains(logs, want) {
 		t.Errorf("npu-smi in a container without the driver's libraries: exit %d, log %q; want exit 127 and %q", code, logs, want)
 	}
 }

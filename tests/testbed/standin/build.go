@@ -46,6 +46,9 @@ type UserSpace struct {
 	// Version is the package's version: npu-smi's tool version and the
 	// Version= of its version.info.
 	Version string
+	// Model is the chip model the package is for (Model910B, ModelA3,
+	// Model310P): the vendor ships one driver package per chip.
+	Model string
 }
 
 // NPUSMI is the built npu-smi (in the tree's tools/, where the package
@@ -64,11 +67,15 @@ func (u *UserSpace) LibDirs() []string {
 }
 
 // BuildUserSpace compiles the stand-in libraries, npu-smi and dcmi-query
-// with gcc into dir for the machine's architecture (the test bed runs
-// amd64 nodes) and writes the tree's version.info.
-func BuildUserSpace(ctx context.Context, dir, version string) (*UserSpace, error) {
+// of model's package with gcc into dir for the machine's architecture (the
+// test bed runs amd64 nodes) and writes the tree's version.info and
+// headers.
+func BuildUserSpace(ctx context.Context, dir, version, model string) (*UserSpace, error) {
 	if strings.ContainsAny(version, "\"\\\n") || version == "" {
 		return nil, fmt.Errorf("stand-in driver: version %q: want a non-empty string without quotes, backslashes or newlines", version)
+	}
+	if err := checkModel(model); err != nil {
+		return nil, fmt.Errorf("stand-in driver: %w", err)
 	}
 	src := filepath.Join(dir, "src")
 	if err := os.MkdirAll(src, 0o755); err != nil {
@@ -87,9 +94,9 @@ func BuildUserSpace(ctx context.Context, dir, version string) (*UserSpace, error
 			return nil, fmt.Errorf("stand-in driver: %w", err)
 		}
 	}
-	u := &UserSpace{Dir: dir, Version: version}
+	u := &UserSpace{Dir: dir, Version: version, Model: model}
 	tree := filepath.Join(dir, "driver")
-	for _, d := range []string{"lib64/driver", "lib64/common", "tools"} {
+	for _, d := range []string{"lib64/driver", "lib64/common", "tools", "include"} {
 		if err := os.MkdirAll(filepath.Join(tree, d), 0o755); err != nil {
 			return nil, fmt.Errorf("stand-in driver: %w", err)
 		}
@@ -109,7 +116,7 @@ func BuildUserSpace(ctx context.Context, dir, version string) (*UserSpace, error
 		out := filepath.Join(tree, sub, lib)
 		args := []string{"-shared", "-fPIC", "-Wl,-soname," + lib, "-o", out}
 		if lib == "libdcmi.so" {
-			args = append(args, "dcmi.c")
+			args = append(args, `-DSTANDIN_MODEL="`+model+`"`, "dcmi.c")
 		} else {
 			stem := strings.TrimSuffix(strings.TrimPrefix(lib, "lib"), ".so")
 			args = append(args, "-DLIBSYM=npu_stack_standin_"+stem, "stub.c")
@@ -131,6 +138,22 @@ func BuildUserSpace(ctx context.Context, dir, version string) (*UserSpace, error
 	}
 	if err := os.WriteFile(filepath.Join(tree, "version.info"), []byte(VersionInfo(version)), 0o444); err != nil {
 		return nil, fmt.Errorf("stand-in driver: %w", err)
+	}
+	// The headers a --full install puts in driver/include and
+	// /usr/local/dcmi (hicann/driver v8.5.0 scripts/package/custom/driver/
+	// ascend910B/driver_atlas.xml): stand-in contents under the vendor's
+	// names.
+	dcmiH, err := csrc.ReadFile("csrc/dcmi.h")
+	if err != nil {
+		return nil, err
+	}
+	for name, body := range map[string][]byte{
+		"dcmi_interface_api.h":           dcmiH,
+		"dsmi_common_interface_custom.h": []byte("/* npu-stack test bed: stand-in for the vendor's header of this name. */\n"),
+	} {
+		if err := os.WriteFile(filepath.Join(tree, "include", name), body, 0o444); err != nil {
+			return nil, fmt.Errorf("stand-in driver: %w", err)
+		}
 	}
 	return u, nil
 }

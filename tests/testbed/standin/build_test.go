@@ -13,10 +13,10 @@ import (
 	"github.com/openfuyao/npu-stack/internal/npusmi"
 )
 
-// buildOnce builds the user space once for the package's tests.
+// buildUserSpace builds the 910B package's user space.
 func buildUserSpace(t *testing.T) *UserSpace {
 	t.Helper()
-	u, err := BuildUserSpace(context.Background(), t.TempDir(), "25.5.0")
+	u, err := BuildUserSpace(context.Background(), t.TempDir(), "25.5.0", Model910B)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -187,5 +187,35 @@ func TestNPUSMIIncompleteInstallWarning(t *testing.T) {
 	}
 	if info, err := npusmi.Parse([]byte(out)); err != nil || len(info.Chips) != 2 {
 		t.Fatalf("parse: %v, %d chips", err, len(info.Chips))
+	}
+}
+
+// TestNPUSMIInAContainerSeesItsDevices: in a workload's container, which
+// has the chips the device plugin allocated and not the test bed's chip
+// state, npu-smi lists those chips, as the package's model.
+func TestNPUSMIInAContainerSeesItsDevices(t *testing.T) {
+	u := buildUserSpace(t)
+	root := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(root, "dev"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []string{"davinci_manager", "davinci3", "davinci5", "davinci_x"} {
+		if err := os.WriteFile(filepath.Join(root, "dev", d), nil, 0o666); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.MkdirAll(filepath.Join(root, "usr/local/Ascend/driver"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "usr/local/Ascend/driver/version.info"), []byte(VersionInfo("25.5.0")), 0o444); err != nil {
+		t.Fatal(err)
+	}
+	out, errOut, code := runSMI(t, u, root, strings.Join(u.LibDirs(), ":"), "info")
+	if code != 0 {
+		t.Fatalf("exit %d, stderr %q:\n%s", code, errOut, out)
+	}
+	info, err := npusmi.Parse([]byte(out))
+	if err != nil || len(info.Chips) != 2 || info.Chips[0].Name != "910B3" || len(info.Unhealthy()) != 0 {
+		t.Fatalf("parse: %v, chips %+v\n%s", err, info.Chips, out)
 	}
 }

@@ -71,10 +71,8 @@ func (c Chips) ResourceName() string {
 // paths are mapped to the host by path (realnode.Node.Path, or a
 // directory's filepath.Join).
 func WriteChips(path func(string) string, c Chips) error {
-	switch c.Model {
-	case Model910B, ModelA3, Model310P:
-	default:
-		return fmt.Errorf("chips.json: model %q: want %s, %s or %s", c.Model, Model910B, ModelA3, Model310P)
+	if err := checkModel(c.Model); err != nil {
+		return fmt.Errorf("chips.json: %w", err)
 	}
 	b, err := json.Marshal(c)
 	if err != nil {
@@ -94,4 +92,12 @@ func WriteChips(path func(string) string, c Chips) error {
 		}
 	}
 	return nil
+}
+
+func checkModel(model string) error {
+	switch model {
+	case Model910B, ModelA3, Model310P:
+		return nil
+	}
+	return fmt.Errorf("chip model %q: want %s, %s or %s", model, Model910B, ModelA3, Model310P)
 }

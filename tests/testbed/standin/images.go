@@ -44,17 +44,17 @@ type file struct {
 	dir  bool
 }
 
-// DriverImage is the stand-in driver image for model: the package at
+// DriverImage is the stand-in driver image of u's model: the package at
 // RunPath and nothing else (driver-entry, the chart's command, is copied
 // in by the chart's init container).
-func (u *UserSpace) DriverImage(model string) (v1.ImageIndex, error) {
+func (u *UserSpace) DriverImage() (v1.ImageIndex, error) {
 	tmp, err := os.MkdirTemp("", "standin-run")
 	if err != nil {
 		return nil, err
 	}
 	defer func() { _ = os.RemoveAll(tmp) }()
 	run := filepath.Join(tmp, "driver.run")
-	if err := u.WriteRun(run, model); err != nil {
+	if err := u.WriteRun(run); err != nil {
 		return nil, err
 	}
 	b, err := os.ReadFile(run)

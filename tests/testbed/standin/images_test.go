@@ -30,7 +30,7 @@ func TestVendorImageConfigs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	driver, err := u.DriverImage(Model910B)
+	driver, err := u.DriverImage()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -42,14 +42,15 @@ func ModulesFor(model string) []string {
 	return m
 }
 
-// WriteRun writes the stand-in driver package for model to path: a
+// WriteRun writes the stand-in driver package of u's model to path: a
 // self-extracting shell script (the vendor's package is a makeself .run)
 // whose payload is u's driver tree with the kernel modules (empty files),
 // and libdcmi.so for /usr/local/dcmi. Run as the vendor's .run is run
 // (`<run> --full --quiet [--install-for-all] [--install-path=<p>]`,
 // chrooted into the host), it has the vendor installer's file effects;
 // installer/driver.run.sh says which and where they come from.
-func (u *UserSpace) WriteRun(path, model string) error {
+func (u *UserSpace) WriteRun(path string) error {
+	model := u.Model
 	payload, err := u.payload(model)
 	if err != nil {
 		return fmt.Errorf("stand-in driver package: %w", err)

@@ -67,7 +67,11 @@ cp -rf "$tmp/driver/." "$tree/"
 # run_driver_install.sh l.105-110: version.info 444; driver.xml: libraries 444.
 chmod 444 "$tree/version.info" "$tree"/lib64/driver/*.so "$tree"/lib64/common/*.so
 
-# driver_atlas.xml: npu-smi 555 root in both bin directories; /usr/local/dcmi 755.
+# driver_atlas.xml: the headers in driver/include 444 <user>:<group>; npu-smi
+# 555 root in both bin directories; /usr/local/dcmi 755 with libdcmi.so and
+# the headers.
+chown -R "$user:$group" "$tree/include"
+chmod 444 "$tree"/include/*.h
 for d in /usr/local/bin /usr/local/sbin; do
 	mkdir -p "$d"
 	cp -f "$tmp/driver/tools/npu-smi" "$d/npu-smi"
@@ -76,6 +80,10 @@ done
 mkdir -p /usr/local/dcmi
 chmod 755 /usr/local/dcmi
 cp -f "$tmp/dcmi/libdcmi.so" /usr/local/dcmi/libdcmi.so
+for h in dcmi_interface_api.h dsmi_common_interface_custom.h; do
+	cp -f "$tmp/driver/include/$h" "/usr/local/dcmi/$h"
+	chmod 444 "/usr/local/dcmi/$h"
+done
 
 # deal_ko.sh driver_ko_install(): cp -f to /lib/modules/$(uname -r)/updates.
 # depmod -a is not run: the stand-in modules are empty files, not ELF objects.
