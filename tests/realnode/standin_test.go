@@ -140,7 +140,7 @@ func TestRealNodeStandInDevicePlugin(t *testing.T) {
 	for _, f := range fleet {
 		resource := corev1.ResourceName(f.model.ResourceName())
 		testbed.WaitNode(ctx, t, env.Client, f.node.Name(), fmt.Sprintf("allocatable %s = %d", resource, chips), allocatable(resource, chips))
-		checkInstalled(ctx, t, f.node, f.model)
+		checkInstalled(ctx, t, f.node, f.u, f.model)
 		cmName := "mindx-dl-deviceinfo-" + f.node.Name()
 		cm, err := env.Client.CoreV1().ConfigMaps("kube-system").Get(ctx, cmName, metav1.GetOptions{})
 		if err != nil {
@@ -209,7 +209,7 @@ func prepareHost(ctx context.Context, t *testing.T, node *realnode.Node, u *stan
 // and runs npu-smi there as the health watch does (chrooted into the
 // host, here without LD_LIBRARY_PATH: the installer's loader
 // configuration applies).
-func checkInstalled(ctx context.Context, t *testing.T, node *realnode.Node, c standin.Chips) {
+func checkInstalled(ctx context.Context, t *testing.T, node *realnode.Node, u *standin.UserSpace, c standin.Chips) {
 	t.Helper()
 	kernel, err := node.Command(ctx, "uname", "-r").Output()
 	if err != nil {
@@ -236,6 +236,24 @@ func checkInstalled(ctx context.Context, t *testing.T, node *realnode.Node, c st
 		if err != nil || fi.Mode()&os.ModeCharDevice == 0 || fi.Mode().Perm() != 0o666 {
 			t.Errorf("%s on %s: %v (%v), want a character device 0666 (--install-for-all)", d, node.Name(), err, fi)
 		}
+	}
+	// Installed again over a loaded driver, without --install-for-all:
+	// the keys are rewritten in place and nothing is loaded (the device
+	// nodes keep their modes until the next boot).
+	const staged = "/var/lib/npu-stack/installer/standin/again.run"
+	if err := u.WriteRun(node.Path(staged)); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := node.Command(ctx, staged, "--full", "--quiet").CombinedOutput(); err != nil {
+		t.Fatalf("second install on %s: %v\n%s", node.Name(), err, out)
+	}
+	info, err = os.ReadFile(node.Path("/etc/ascend_install.info"))
+	if err != nil || bytes.Count(info, []byte("Driver_Install_For_All=")) != 1 || !bytes.Contains(info, []byte("Driver_Install_For_All=no\n")) ||
+		bytes.Count(info, []byte("Driver_Install_Status=complete\n")) != 1 {
+		t.Errorf("/etc/ascend_install.info after a second install: %v\n%s", err, info)
+	}
+	if fi, err := os.Stat(node.Path("/dev/davinci0")); err != nil || fi.Mode().Perm() != 0o666 {
+		t.Errorf("/dev/davinci0 after a second install over a loaded driver: %v (%v), want it untouched", err, fi)
 	}
 	smi, err := node.Command(ctx, "/usr/local/sbin/npu-smi", "info").Output()
 	if err != nil {
