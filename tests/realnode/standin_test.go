@@ -73,20 +73,16 @@ func TestRealNodeStandInDevicePlugin(t *testing.T) {
 		profiles = append(profiles, map[string]any{"name": f.chip, "chip": f.chip, "kernel": "5.15.0-105-generic", "os": "ubuntu22.04"})
 	}
 
-	for i := range fleet {
-		if fleet[i].u, err = standin.BuildUserSpace(ctx, t.TempDir(), standinVersion, fleet[i].model.Model); err != nil {
-			t.Fatal(err)
-		}
-	}
-	u := fleet[0].u
 	root, err := testbed.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
-	bins := t.TempDir()
-	pluginBin, exporterBin := filepath.Join(bins, "device-plugin"), filepath.Join(bins, "npu-exporter")
-	for bin, pkg := range map[string]string{pluginBin: "./tests/testbed/standin/cmd/device-plugin", exporterBin: "./tests/testbed/standin/cmd/npu-exporter"} {
-		if err := standin.BuildGo(ctx, root, pkg, bin); err != nil {
+	kit, err := standin.BuildKit(ctx, root, t.TempDir(), standinVersion, standin.Model910B, standin.Model310P)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range fleet {
+		if fleet[i].u, err = kit.UserSpace(fleet[i].model.Model); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -105,8 +101,8 @@ func TestRealNodeStandInDevicePlugin(t *testing.T) {
 	}
 	images := renderedImages(ctx, t, ns, vals)
 	idx := map[string]func() (v1.ImageIndex, error){
-		"device-plugin": func() (v1.ImageIndex, error) { return u.DevicePluginImage(pluginBin) },
-		"exporter":      func() (v1.ImageIndex, error) { return u.ExporterImage(exporterBin) },
+		"device-plugin": kit.DevicePluginImage,
+		"exporter":      kit.ExporterImage,
 	}
 	for _, f := range fleet {
 		idx["driver-"+f.chip] = f.u.DriverImage
