@@ -68,7 +68,7 @@ func (u *UserSpace) LibDirs() []string {
 
 // BuildUserSpace compiles the stand-in libraries, npu-smi and dcmi-query
 // of model's package with gcc into dir for the machine's architecture (the
-// test bed runs amd64 nodes) and writes the tree's version.info and
+// real nodes run on this machine) and writes the tree's version.info and
 // headers.
 func BuildUserSpace(ctx context.Context, dir, version, model string) (*UserSpace, error) {
 	if strings.ContainsAny(version, "\"\\\n") || version == "" {

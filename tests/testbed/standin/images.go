@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strings"
 	"time"
@@ -168,7 +169,8 @@ func sharedLibs(bins ...string) ([]string, error) {
 	return libs, nil
 }
 
-// image is a one-layer linux/amd64 image of files with config c, in an
+// image is a one-layer image of files with config c for this machine's
+// architecture (gcc and the C library are this machine's), in an
 // index as the vendors publish theirs.
 func image(files map[string]file, c v1.Config) (v1.ImageIndex, error) {
 	layerTar, err := tarOf(files)
@@ -180,7 +182,7 @@ func image(files map[string]file, c v1.Config) (v1.ImageIndex, error) {
 		return nil, err
 	}
 	img, err := mutate.ConfigFile(mutate.ConfigMediaType(mutate.MediaType(empty.Image, types.OCIManifestSchema1), types.OCIConfigJSON), &v1.ConfigFile{
-		OS: "linux", Architecture: "amd64", Config: c, RootFS: v1.RootFS{Type: "layers"},
+		OS: "linux", Architecture: runtime.GOARCH, Config: c, RootFS: v1.RootFS{Type: "layers"},
 	})
 	if err != nil {
 		return nil, err
@@ -189,7 +191,7 @@ func image(files map[string]file, c v1.Config) (v1.ImageIndex, error) {
 		return nil, err
 	}
 	idx := mutate.IndexMediaType(empty.Index, types.OCIImageIndex)
-	return mutate.AppendManifests(idx, mutate.IndexAddendum{Add: img, Descriptor: v1.Descriptor{Platform: &v1.Platform{OS: "linux", Architecture: "amd64"}}}), nil
+	return mutate.AppendManifests(idx, mutate.IndexAddendum{Add: img, Descriptor: v1.Descriptor{Platform: &v1.Platform{OS: "linux", Architecture: runtime.GOARCH}}}), nil
 }
 
 // tarOf writes files with their parent directories (0755), sorted.
@@ -235,11 +237,11 @@ func tarOf(files map[string]file) ([]byte, error) {
 
 // BuildGo builds a stand-in Go command (a package path under the
 // repository root, e.g. ./tests/testbed/standin/cmd/device-plugin) as a
-// static linux/amd64 binary at out.
+// static binary for this machine at out.
 func BuildGo(ctx context.Context, repoRoot, pkg, out string) error {
 	cmd := exec.CommandContext(ctx, "go", "build", "-o", out, pkg)
 	cmd.Dir = repoRoot
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH=amd64")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+runtime.GOARCH)
 	if b, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("build %s: %w\n%s", pkg, err, b)
 	}

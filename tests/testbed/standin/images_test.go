@@ -3,6 +3,7 @@ package standin
 import (
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"testing"
 
@@ -46,7 +47,7 @@ func TestVendorImageConfigs(t *testing.T) {
 		{"driver", driver, nil, []string{"/bin/bash"}, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			img, err := ociimage.Image(tc.idx, "linux/amd64")
+			img, err := ociimage.Image(tc.idx, "linux/"+runtime.GOARCH)
 			if err != nil {
 				t.Fatal(err)
 			}
