@@ -45,7 +45,7 @@ func ModulesFor(model string) []string {
 // WriteRun writes the stand-in driver package of u's model to path: a
 // self-extracting shell script (the vendor's package is a makeself .run)
 // whose payload is u's driver tree with the kernel modules (empty files),
-// and libdcmi.so for /usr/local/dcmi. Run as the vendor's .run is run
+// its headers and libdcmi.so for /usr/local/dcmi. Run as the vendor's .run is run
 // (`<run> --full --quiet [--install-for-all] [--install-path=<p>]`,
 // chrooted into the host), it has the vendor installer's file effects;
 // installer/driver.run.sh says which and where they come from.
