@@ -45,10 +45,11 @@ func ModulesFor(model string) []string {
 // WriteRun writes the stand-in driver package of u's model to path: a
 // self-extracting shell script (the vendor's package is a makeself .run)
 // whose payload is u's driver tree with the kernel modules (empty files),
-// its headers and libdcmi.so for /usr/local/dcmi. Run as the vendor's .run is run
-// (`<run> --full --quiet [--install-for-all] [--install-path=<p>]`,
-// chrooted into the host), it has the vendor installer's file effects;
-// installer/driver.run.sh says which and where they come from.
+// and libdcmi.so and the headers for /usr/local/dcmi. Run as the vendor's
+// .run is run (`<run> --full --quiet [--install-for-all]
+// [--install-path=<p>]`, chrooted into the host), it has the vendor
+// installer's file effects; installer/driver.run.sh says which and where
+// they come from.
 func (u *UserSpace) WriteRun(path string) error {
 	model := u.Model
 	payload, err := u.payload(model)
