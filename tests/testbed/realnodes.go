@@ -47,13 +47,24 @@ func NodesDir() (string, error) {
 // realNodeKit is what every real node of an Env shares, made on the
 // first AddRealNode: the built init and the sandbox image in the registry.
 type realNodeKit struct {
-	nodesDir, initBinary, sandboxImage, serviceIP string
+	nodesDir, initBinary, runcWrapper, sandboxImage, serviceIP string
 }
 
 // AddRealNode starts a real node (realnode) joined to the control plane
-// as system:node:<name>, with spec's labels plus RealNodeLabel. It does
-// not wait for the node to be Ready.
+// as system:node:<name>, with spec's labels plus RealNodeLabel. An NPU
+// node's host root has spec.ChipCount chips of spec.Chip (chips.json) and
+// no driver loaded; its kernel label is the machine's kernel, which the
+// node runs (a spec.Kernel naming another is an error). It does not wait
+// for the node to be Ready.
 func (e *Env) AddRealNode(ctx context.Context, spec NodeSpec) (*realnode.Node, error) {
+	kernel, err := realnode.MachineKernel()
+	if err != nil {
+		return nil, err
+	}
+	if spec.Kernel != "" && spec.Kernel != kernel {
+		return nil, fmt.Errorf("real node %s-*: kernel %q: a real node runs this machine's kernel %s; leave NodeSpec.Kernel empty or set it to that", spec.Prefix, spec.Kernel, kernel)
+	}
+	spec.Kernel = kernel
 	spec = spec.withDefaults()
 	kit, err := e.realKit(ctx)
 	if err != nil {
@@ -72,6 +83,10 @@ func (e *Env) AddRealNode(ctx context.Context, spec NodeSpec) (*realnode.Node, e
 	e.mu.Lock()
 	podNet := len(e.realNodes)
 	e.mu.Unlock()
+	chip, chipCount := spec.Chip, spec.ChipCount
+	if spec.CPU {
+		chip, chipCount = "", 0
+	}
 	node, err := realnode.Start(ctx, realnode.Config{
 		Name:         nodeName,
 		Dir:          filepath.Join(e.Dir, "realnodes", nodeName),
@@ -86,8 +101,11 @@ func (e *Env) AddRealNode(ctx context.Context, spec NodeSpec) (*realnode.Node, e
 		Registry:     e.Registry.Host,
 		SandboxImage: kit.sandboxImage,
 		// 10.245.0.0/16: apart from KWOK's fake pod IPs (10.244.0.0/16).
-		PodCIDR: fmt.Sprintf("10.245.%d.0/24", podNet%256),
-		Labels:  labels,
+		PodCIDR:     fmt.Sprintf("10.245.%d.0/24", podNet%256),
+		Labels:      labels,
+		RuncWrapper: kit.runcWrapper,
+		Chip:        chip,
+		ChipCount:   chipCount,
 	})
 	if err != nil {
 		return nil, err
@@ -108,16 +126,21 @@ func (e *Env) realKit(ctx context.Context) (*realNodeKit, error) {
 	if err != nil {
 		return nil, err
 	}
-	kit := &realNodeKit{nodesDir: dir, initBinary: filepath.Join(e.Dir, "realnodes", "nodeinit")}
+	bin := filepath.Join(e.Dir, "realnodes", "bin")
+	kit := &realNodeKit{nodesDir: dir, initBinary: filepath.Join(bin, "nodeinit"), runcWrapper: filepath.Join(bin, "runcwrap")}
 	root, err := RepoRoot()
 	if err != nil {
 		return nil, err
 	}
-	build := exec.CommandContext(ctx, "go", "build", "-o", kit.initBinary, "./tests/testbed/realnode/nodeinit")
+	if err := os.MkdirAll(bin, 0o755); err != nil {
+		return nil, fmt.Errorf("real nodes: %w", err)
+	}
+	// One go build for both: the node's init and its runc wrapper.
+	build := exec.CommandContext(ctx, "go", "build", "-o", bin+"/", "./tests/testbed/realnode/nodeinit", "./tests/testbed/realnode/runcwrap")
 	build.Dir = root
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := build.CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("build the real nodes' init: %w\n%s", err, out)
+		return nil, fmt.Errorf("build the real nodes' init and runc wrapper: %w\n%s", err, out)
 	}
 	if kit.sandboxImage, err = pushPause(ctx, e.Registry, dir); err != nil {
 		return nil, err

@@ -8,13 +8,15 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+
+	"github.com/openfuyao/npu-stack/tests/testbed/realnode/nodepaths"
 )
 
 // Paths inside the node.
 const (
 	// BinDir holds the node's kubelet, containerd, shim, runc and crictl
 	// (a read-only bind of the test bed's build).
-	BinDir            = "/opt/npu-stack-node/bin"
+	BinDir            = nodepaths.BinDir
 	cniBinDir         = "/opt/cni/bin"
 	containerdSock    = "/run/containerd/containerd.sock"
 	containerdConfig  = "/etc/containerd/config.toml"
@@ -34,9 +36,16 @@ const (
 // host's /etc only inside the node.
 func (n *Node) writeNodeFiles(etcUpper string) error {
 	c := n.cfg
+	// The machine ID is made once, at first boot, and kept, as systemd
+	// keeps /etc/machine-id.
 	machineID := make([]byte, 16)
 	if _, err := rand.Read(machineID); err != nil {
 		return fmt.Errorf("node %s: machine id: %w", c.Name, err)
+	}
+	mid := []byte(hex.EncodeToString(machineID) + "\n")
+	// (The upper layer: the merged /etc shows the host's below it.)
+	if old, err := os.ReadFile(filepath.Join(c.Dir, dirUpper, "etc", "machine-id")); err == nil && len(old) > 0 {
+		mid = old
 	}
 	resolv, err := os.ReadFile("/etc/resolv.conf")
 	if err != nil {
@@ -44,7 +53,7 @@ func (n *Node) writeNodeFiles(etcUpper string) error {
 	}
 	files := map[string][]byte{
 		"hostname":   []byte(c.Name + "\n"),
-		"machine-id": []byte(hex.EncodeToString(machineID) + "\n"),
+		"machine-id": mid,
 		// A copy, not the host's file through the overlay: the host's may
 		// be a symlink into its /run, which the node does not share.
 		"resolv.conf": resolv,
@@ -105,12 +114,14 @@ state = "/run/containerd"
     [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]
       runtime_type = "io.containerd.runc.v2"
       [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
+        # The test bed's runc wrapper (realnode/runcwrap): runc, plus
+        # the node's boot ID in every container.
         BinaryName = %q
         SystemdCgroup = false
   [plugins.'io.containerd.cri.v1.runtime'.cni]
     bin_dirs = [%q]
     conf_dir = "/etc/cni/net.d"
-`, n.cfg.SandboxImage, BinDir+"/runc", cniBinDir)
+`, n.cfg.SandboxImage, nodepaths.RuncWrapper, cniBinDir)
 }
 
 // registryHosts makes containerd speak plain HTTP to the test bed's

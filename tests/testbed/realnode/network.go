@@ -49,19 +49,23 @@ func slotNet(slot int) nodeNet {
 // network namespace (that of pid), and configures both ends. The node
 // also gets serviceIP on its loopback: the API server's forwarder listens
 // there, so pods reach "kubernetes.default" as on a cluster with a
-// service proxy.
-func setupNetwork(ctx context.Context, pid int, serviceIP string) (nodeNet, error) {
+// service proxy. A node booting again passes its previous link (prev)
+// and keeps its addresses, as a machine keeps its IP across reboots.
+func setupNetwork(ctx context.Context, pid int, serviceIP string, prev nodeNet) (nodeNet, error) {
 	var nn nodeNet
 	var lastErr error
 	for range netSlotTries {
 		nn = slotNet(rand.IntN(netSlots))
+		if prev.vethName != "" {
+			nn = prev
+		}
 		out, err := exec.CommandContext(ctx, "ip", "link", "add", nn.vethName, "type", "veth", "peer", "name", "eth0", "netns", strconv.Itoa(pid)).CombinedOutput()
 		if err == nil {
 			lastErr = nil
 			break
 		}
 		lastErr = fmt.Errorf("ip link add %s: %w: %s", nn.vethName, err, strings.TrimSpace(string(out)))
-		if !strings.Contains(string(out), "exists") {
+		if !strings.Contains(string(out), "exists") || prev.vethName != "" {
 			return nn, lastErr
 		}
 	}

@@ -19,10 +19,13 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/openfuyao/npu-stack/tests/testbed/realnode/nodepaths"
 )
 
 // Config describes one real node.
@@ -54,11 +57,39 @@ type Config struct {
 	PodCIDR string
 	// Labels are the kubelet's --node-labels.
 	Labels map[string]string
+	// RuncWrapper is the built realnode/runcwrap, containerd's runc.
+	RuncWrapper string
+	// Chip is the NPU model ("910B", "310P", "A3"; the test bed's chip
+	// labels 910b, 310p, a3 are accepted) and ChipCount how many chips
+	// the node has: written to chips.json for the stand-in npu-smi and
+	// one /dev/davinci<N> each while the driver is loaded. Empty Chip: a
+	// node without NPUs.
+	Chip      string
+	ChipCount int
+	// FirstBoot, if set, runs on the node's first boot once its root is
+	// built and before the driver modules on its disk are loaded: a hook
+	// to install a driver beforehand ("driver preinstalled" nodes), with
+	// the node's root at n.Path("/") and n.Command to run in it.
+	FirstBoot func(ctx context.Context, n *Node) error
 }
 
 // Node is a running real node.
 type Node struct {
-	cfg     Config
+	cfg    Config
+	api    *url.URL
+	kernel string // the machine's kernel release, which the node runs
+	// mu serialises boots, reboots and Stop.
+	mu sync.Mutex
+	// stopped is set by Stop: a reboot asked for afterwards does nothing.
+	stopped bool
+	// bootIDs are the node's boot IDs, first boot first; reboots the
+	// reboot.target jobs systemd accepted; rebootErr the last reboot's
+	// failure. Guarded by hist.
+	hist      sync.Mutex
+	bootIDs   []string
+	reboots   int
+	rebootErr error
+	bus       *bus
 	init    *exec.Cmd
 	initErr chan error
 	pidNS   string // "pid:[inode]" of the node's PID namespace
@@ -68,9 +99,9 @@ type Node struct {
 	daemons []*exec.Cmd
 }
 
-// Start brings the node up to a running kubelet; it does not wait for
-// the node to be Ready (the test bed's WaitNode does). On error
-// everything started is stopped.
+// Start brings the node up to a running kubelet (its first boot); it
+// does not wait for the node to be Ready (the test bed's WaitNode does).
+// On error everything started is stopped.
 func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if os.Geteuid() != 0 {
 		return nil, fmt.Errorf("node %s: a real node needs root (namespaces, mounts, veths, cgroups); run the tests as root", cfg.Name)
@@ -80,54 +111,102 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 			return nil, fmt.Errorf("node %s: %s missing in %s: run `make nodes` (ci/build-nodes.sh) first", cfg.Name, b, cfg.BinDir)
 		}
 	}
+	if _, err := os.Stat(cfg.RuncWrapper); err != nil {
+		return nil, fmt.Errorf("node %s: the runc wrapper (realnode/runcwrap) %q: %w", cfg.Name, cfg.RuncWrapper, err)
+	}
 	api, err := url.Parse(cfg.APIServer)
 	if err != nil || api.Port() == "" {
 		return nil, fmt.Errorf("node %s: API server address %q: want https://127.0.0.1:<port>", cfg.Name, cfg.APIServer)
 	}
-	n := &Node{cfg: cfg}
+	chips, err := newChips(cfg.Chip, cfg.ChipCount)
+	if err != nil {
+		return nil, fmt.Errorf("node %s: %w", cfg.Name, err)
+	}
+	kernel, err := kernelRelease()
+	if err != nil {
+		return nil, fmt.Errorf("node %s: %w", cfg.Name, err)
+	}
+	n := &Node{cfg: cfg, api: api, kernel: kernel}
 	defer func() {
 		if err != nil {
 			err = errors.Join(err, n.Stop())
 		}
 	}()
-	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Join(cfg.Dir, dirVar, strings.TrimPrefix(nodepaths.ControlDir, "/var/")), 0o755); err != nil {
 		return nil, fmt.Errorf("node %s: %w", cfg.Name, err)
+	}
+	if err := n.writeChips(chips); err != nil {
+		return nil, err
 	}
 	if err := sweepCgroups(); err != nil {
 		return nil, fmt.Errorf("node %s: cgroups of earlier test runs: %w", cfg.Name, err)
 	}
-	if err := n.createCgroupRoot(); err != nil {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if err := n.boot(ctx, true); err != nil {
 		return nil, err
+	}
+	return n, nil
+}
+
+// boot starts the node on its disk (its directory) as a machine boots: a
+// new boot ID, its init in fresh namespaces (fresh /run, /dev, /tmp and
+// /sys/module), the network, the driver modules the disk holds loaded,
+// its system bus with the stand-in systemd, then containerd and the
+// kubelet. first is the node's first boot (Config.FirstBoot runs before
+// the modules load). Called with n.mu held.
+func (n *Node) boot(ctx context.Context, first bool) error {
+	cfg := n.cfg
+	if err := n.newBootID(); err != nil {
+		return err
+	}
+	if err := n.createCgroupRoot(); err != nil {
+		return err
 	}
 	if err := n.startInit(ctx); err != nil {
-		return nil, err
+		return err
 	}
 	pid := strconv.Itoa(n.init.Process.Pid)
-	if n.net, err = setupNetwork(ctx, n.init.Process.Pid, cfg.ServiceIP); err != nil {
-		return nil, fmt.Errorf("node %s: network: %w", cfg.Name, err)
+	var err error
+	if n.net, err = setupNetwork(ctx, n.init.Process.Pid, cfg.ServiceIP, n.net); err != nil {
+		return fmt.Errorf("node %s: network: %w", cfg.Name, err)
 	}
 	nsPath := "/proc/" + pid + "/ns/net"
 	for _, f := range [][2]string{
-		{api.Host, api.Host},
-		{cfg.ServiceIP + ":443", api.Host},
+		{n.api.Host, n.api.Host},
+		{cfg.ServiceIP + ":443", n.api.Host},
 		{cfg.Registry, cfg.Registry},
 	} {
 		fw, err := startForwarder(nsPath, f[0], f[1])
 		if err != nil {
-			return nil, fmt.Errorf("node %s: %w", cfg.Name, err)
+			return fmt.Errorf("node %s: %w", cfg.Name, err)
 		}
 		n.fwds = append(n.fwds, fw)
 	}
 	// The configuration goes into the node's /etc overlay, which is
 	// mounted already: write through the node's root.
 	if err := n.writeNodeFiles(n.Path("/etc")); err != nil {
-		return nil, err
+		return err
+	}
+	if err := os.MkdirAll(n.Path(n.ModulesDir()), 0o755); err != nil {
+		return fmt.Errorf("node %s: %w", cfg.Name, err)
+	}
+	if first && cfg.FirstBoot != nil {
+		if err := cfg.FirstBoot(ctx, n); err != nil {
+			return fmt.Errorf("node %s: first boot: %w", cfg.Name, err)
+		}
+	}
+	if err := n.loadDriver(); err != nil {
+		return err
+	}
+	if err := n.startBus(ctx); err != nil {
+		return err
 	}
 	if err := n.startDaemon("containerd", "--config", containerdConfig); err != nil {
-		return nil, err
+		return err
 	}
 	if err := n.waitContainerd(ctx); err != nil {
-		return nil, err
+		return err
 	}
 	args := []string{
 		"--config=" + kubeletConfig,
@@ -139,10 +218,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if len(cfg.Labels) > 0 {
 		args = append(args, "--node-labels="+labelFlag(cfg.Labels))
 	}
-	if err := n.startDaemon("kubelet", args...); err != nil {
-		return nil, err
-	}
-	return n, nil
+	return n.startDaemon("kubelet", args...)
 }
 
 // startInit starts nodeinit in new namespaces and waits for its report

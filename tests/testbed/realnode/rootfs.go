@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/openfuyao/npu-stack/tests/testbed/realnode/nodepaths"
 	"github.com/openfuyao/npu-stack/tests/testbed/realnode/noderoot"
 )
 
@@ -21,7 +22,11 @@ const (
 // /usr/local and /etc), its own /var, /run, /tmp, /root and /dev, the
 // host's /sys (the kubelet and runc need its cgroup hierarchies), and the
 // node's binaries read-only under /opt. Nothing else of the host (no /work,
-// no /home, no host /run) is visible in the node.
+// no /home, no host /run) is visible in the node. Its host root follows
+// docs/host-contract.md: /sys/module is a tmpfs of its own (the driver's
+// modules appear there when "loaded", hostroot.go), /dev holds the
+// driver's device nodes while it is loaded, and the node's boot ID file
+// is bound over /proc/sys/kernel/random/boot_id.
 func (n *Node) rootPlan() (noderoot.Plan, error) {
 	d := n.cfg.Dir
 	for _, sub := range []string{dirRoot, dirVar, filepath.Join(dirUpper, "etc"), filepath.Join(dirUpper, "usr"),
@@ -38,8 +43,9 @@ func (n *Node) rootPlan() (noderoot.Plan, error) {
 		return noderoot.Mount{Source: "tmpfs", Target: target, Type: "tmpfs", Data: "mode=" + mode}
 	}
 	p := noderoot.Plan{
-		Root:     filepath.Join(d, dirRoot),
-		Hostname: n.cfg.Name,
+		Root:       filepath.Join(d, dirRoot),
+		Hostname:   n.cfg.Name,
+		BootIDFile: nodepaths.BootIDFile,
 		Mounts: []noderoot.Mount{
 			overlay("usr"),
 			overlay("etc"),
@@ -51,6 +57,10 @@ func (n *Node) rootPlan() (noderoot.Plan, error) {
 			{Source: n.cfg.BinDir, Target: BinDir, ReadOnly: true},
 			{Source: n.cfg.CNIDir, Target: cniBinDir, ReadOnly: true},
 			{Source: "/sys", Target: "/sys", Recursive: true},
+			// The machine's modules are not the node's: the node's
+			// kernel modules are what its boot loaded (loadDriver).
+			tmpfs("/sys/module", "755"),
+			{Source: n.cfg.RuncWrapper, Target: nodepaths.RuncWrapper, ReadOnly: true},
 			tmpfs("/dev", "755"),
 			{Source: "devpts", Target: "/dev/pts", Type: "devpts", Data: "newinstance,ptmxmode=0666,mode=0620"},
 			tmpfs("/dev/shm", "1777"),

@@ -45,6 +45,11 @@ type Plan struct {
 	Hostname string    `json:"hostname"`
 	Mounts   []Mount   `json:"mounts"`
 	Symlinks []Symlink `json:"symlinks"`
+	// BootIDFile, a path in the node's root, is bound read-only over
+	// /proc/sys/kernel/random/boot_id once the node's /proc is mounted:
+	// the kernel has one boot ID per machine, and each node needs its own
+	// that changes when the node reboots.
+	BootIDFile string `json:"bootIDFile,omitempty"`
 }
 
 // Write stores the plan as JSON at path.
@@ -182,6 +187,11 @@ func (p Plan) pivot() error {
 	if err := unix.Mount("proc", "/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
 		return fmt.Errorf("mount /proc: %w", err)
 	}
+	if p.BootIDFile != "" {
+		if err := bindReadOnly(p.BootIDFile, BootIDPath); err != nil {
+			return fmt.Errorf("the node's boot ID: %w", err)
+		}
+	}
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_SHARED, ""); err != nil {
 		return fmt.Errorf("make the node root shared: %w", err)
 	}
@@ -189,6 +199,20 @@ func (p Plan) pivot() error {
 		if err := unix.Sethostname([]byte(p.Hostname)); err != nil {
 			return fmt.Errorf("hostname %s: %w", p.Hostname, err)
 		}
+	}
+	return nil
+}
+
+// BootIDPath is where Linux shows the boot ID (proc(5)).
+const BootIDPath = "/proc/sys/kernel/random/boot_id"
+
+// bindReadOnly binds the file src over the file dst, read-only.
+func bindReadOnly(src, dst string) error {
+	if err := unix.Mount(src, dst, "", unix.MS_BIND, ""); err != nil {
+		return fmt.Errorf("bind %s over %s: %w", src, dst, err)
+	}
+	if err := unix.Mount("", dst, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY, ""); err != nil {
+		return fmt.Errorf("make %s read-only: %w", dst, err)
 	}
 	return nil
 }

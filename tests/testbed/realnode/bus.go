@@ -1,0 +1,210 @@
+package realnode
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+
+	"github.com/godbus/dbus/v5"
+)
+
+// The node's system bus (docs/host-contract.md, section 8): Debian's
+// dbus-daemon with its own system configuration (/usr/share/dbus-1/
+// system.conf: the socket /run/dbus/system_bus_socket, EXTERNAL
+// authentication, the policy files of /usr/share/dbus-1/system.d), and a
+// stand-in systemd owning org.freedesktop.systemd1.
+const (
+	dbusDaemon    = "/usr/bin/dbus-daemon"
+	systemBusDir  = "/run/dbus"
+	systemBusSock = systemBusDir + "/system_bus_socket"
+	// systemdPolicy is the bus policy systemd installs for its name.
+	systemdPolicy = "/usr/share/dbus-1/system.d/org.freedesktop.systemd1.conf"
+)
+
+// systemdPolicyXML is the part of systemd's own bus policy
+// (systemd v252, src/core/org.freedesktop.systemd1.conf) the node needs
+// when its /usr lacks the file (a machine without the systemd package):
+// root owns and calls org.freedesktop.systemd1; anyone may call
+// StartUnit, which systemd itself then authorises.
+const systemdPolicyXML = `<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-BUS Bus Configuration 1.0//EN"
+        "https://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
+<busconfig>
+        <policy user="root">
+                <allow own="org.freedesktop.systemd1"/>
+                <allow send_destination="org.freedesktop.systemd1"/>
+                <allow receive_sender="org.freedesktop.systemd1"/>
+        </policy>
+        <policy context="default">
+                <deny send_destination="org.freedesktop.systemd1"/>
+                <allow send_destination="org.freedesktop.systemd1"
+                       send_interface="org.freedesktop.systemd1.Manager"
+                       send_member="StartUnit"/>
+        </policy>
+</busconfig>
+`
+
+// bus is a boot's system bus: the dbus-daemon process and the stand-in
+// systemd's connection.
+type bus struct {
+	daemon  *exec.Cmd
+	done    chan struct{}
+	conn    *dbus.Conn
+	systemd *standinSystemd
+}
+
+// startBus starts the node's dbus-daemon (`--system`, in the node's
+// namespaces, as the node's init system would) and connects the stand-in
+// systemd to it. Reading the address the daemon prints once it listens is
+// the synchronisation.
+func (n *Node) startBus(ctx context.Context) error {
+	if _, err := os.Stat(n.Path(dbusDaemon)); err != nil {
+		return fmt.Errorf("node %s: %s: %w; install the Debian package dbus (apt-get install dbus; .ci/run does)", n.cfg.Name, dbusDaemon, err)
+	}
+	if err := os.MkdirAll(n.Path(systemBusDir), 0o755); err != nil {
+		return fmt.Errorf("node %s: %w", n.cfg.Name, err)
+	}
+	if _, err := os.Stat(n.Path(systemdPolicy)); errors.Is(err, fs.ErrNotExist) {
+		p := n.Path("/etc/dbus-1/system.d/org.freedesktop.systemd1.conf")
+		if err := os.MkdirAll(n.Path("/etc/dbus-1/system.d"), 0o755); err != nil {
+			return fmt.Errorf("node %s: %w", n.cfg.Name, err)
+		}
+		if err := os.WriteFile(p, []byte(systemdPolicyXML), 0o644); err != nil {
+			return fmt.Errorf("node %s: %w", n.cfg.Name, err)
+		}
+	}
+	log, err := os.OpenFile(n.LogPath("dbus"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return fmt.Errorf("node %s: %w", n.cfg.Name, err)
+	}
+	defer func() { _ = log.Close() }()
+	cmd := exec.Command("nsenter", n.nsenterArgs(dbusDaemon, "--system", "--nofork", "--nopidfile", "--print-address=1")...)
+	cmd.Env = []string{"PATH=" + nodePath}
+	cmd.Stderr = log
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return fmt.Errorf("node %s: %w", n.cfg.Name, err)
+	}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("node %s: start dbus-daemon: %w", n.cfg.Name, err)
+	}
+	b := &bus{daemon: cmd, done: make(chan struct{})}
+	n.bus = b
+	go func() { _ = cmd.Wait(); close(b.done) }()
+	addr := make(chan string, 1)
+	go func() {
+		line, _ := bufio.NewReader(out).ReadString('\n')
+		addr <- strings.TrimSpace(line)
+	}()
+	select {
+	case a := <-addr:
+		if !strings.Contains(a, systemBusSock) {
+			return fmt.Errorf("node %s: dbus-daemon listens on %q, want %s (log %s)", n.cfg.Name, a, systemBusSock, n.LogPath("dbus"))
+		}
+	case <-ctx.Done():
+		return fmt.Errorf("node %s: waiting for dbus-daemon: %w", n.cfg.Name, ctx.Err())
+	}
+	return n.startSystemd(b)
+}
+
+// startSystemd connects the stand-in systemd to the node's bus as root
+// (EXTERNAL authentication with this process's uid 0; the bus's policy
+// lets only root own org.freedesktop.systemd1) and takes the name.
+func (n *Node) startSystemd(b *bus) error {
+	conn, err := dbus.Dial("unix:path=" + n.Path(systemBusSock))
+	if err != nil {
+		return fmt.Errorf("node %s: stand-in systemd: connect to the system bus: %w", n.cfg.Name, err)
+	}
+	b.conn = conn
+	if err := conn.Auth(nil); err != nil {
+		return fmt.Errorf("node %s: stand-in systemd: %w", n.cfg.Name, err)
+	}
+	if err := conn.Hello(); err != nil {
+		return fmt.Errorf("node %s: stand-in systemd: %w", n.cfg.Name, err)
+	}
+	b.systemd = &standinSystemd{conn: conn, reboot: n.requestReboot}
+	if err := conn.Export(b.systemd, systemdPath, systemdManager); err != nil {
+		return fmt.Errorf("node %s: stand-in systemd: %w", n.cfg.Name, err)
+	}
+	reply, err := conn.RequestName(systemdName, dbus.NameFlagDoNotQueue)
+	if err != nil || reply != dbus.RequestNameReplyPrimaryOwner {
+		return fmt.Errorf("node %s: stand-in systemd: RequestName(%s) = %v, %v", n.cfg.Name, systemdName, reply, err)
+	}
+	return nil
+}
+
+// stop ends the bus: the stand-in systemd's connection, then the daemon.
+func (b *bus) stop() {
+	if b == nil {
+		return
+	}
+	if b.conn != nil {
+		_ = b.conn.Close()
+	}
+	if b.daemon != nil && b.daemon.Process != nil {
+		_ = b.daemon.Process.Kill() // nsenter; the daemon dies with the node's init
+		<-b.done
+	}
+}
+
+const (
+	systemdName    = "org.freedesktop.systemd1"
+	systemdPath    = dbus.ObjectPath("/org/freedesktop/systemd1")
+	systemdManager = "org.freedesktop.systemd1.Manager"
+	rebootTarget   = "reboot.target"
+)
+
+// systemdJobModes are the job modes systemd knows (systemd v252,
+// src/core/job.c job_mode_table).
+var systemdJobModes = map[string]bool{
+	"fail": true, "replace": true, "replace-irreversibly": true, "isolate": true, "flush": true,
+	"ignore-dependencies": true, "ignore-requirements": true, "triggering": true,
+}
+
+// standinSystemd is org.freedesktop.systemd1's Manager as far as npu-stack
+// uses it: StartUnit("reboot.target", mode) from a root caller queues a
+// reboot of the node and answers with the job's path. What it does not
+// implement it refuses as systemd does: other methods with UnknownMethod
+// (godbus, as sd-bus), other units with NoSuchUnit, a bad mode with
+// InvalidArgs, a caller that is not root with AccessDenied (systemd lets
+// a peer of its own uid start units without polkit, systemd
+// src/libsystemd/sd-bus/bus-convenience.c sd_bus_query_sender_privilege;
+// with no polkit on the bus it refuses everyone else).
+type standinSystemd struct {
+	conn   *dbus.Conn
+	reboot func()
+	mu     sync.Mutex
+	jobs   uint32
+}
+
+// StartUnit is org.freedesktop.systemd1.Manager.StartUnit(s name, s mode) -> o job.
+func (s *standinSystemd) StartUnit(sender dbus.Sender, name, mode string) (dbus.ObjectPath, *dbus.Error) {
+	if !systemdJobModes[mode] {
+		return "", dbus.NewError("org.freedesktop.DBus.Error.InvalidArgs", []any{"Job mode " + mode + " invalid"})
+	}
+	if name != rebootTarget {
+		return "", dbus.NewError("org.freedesktop.systemd1.NoSuchUnit", []any{"Unit " + name + " not found."})
+	}
+	var uid uint32
+	if err := s.conn.BusObject().Call("org.freedesktop.DBus.GetConnectionUnixUser", 0, string(sender)).Store(&uid); err != nil {
+		return "", dbus.NewError("org.freedesktop.DBus.Error.Failed", []any{fmt.Sprintf("caller's credentials: %v", err)})
+	}
+	if uid != 0 {
+		return "", dbus.NewError("org.freedesktop.DBus.Error.AccessDenied", []any{"Access denied"})
+	}
+	s.mu.Lock()
+	s.jobs++
+	job := dbus.ObjectPath(fmt.Sprintf("/org/freedesktop/systemd1/job/%d", s.jobs))
+	s.mu.Unlock()
+	// systemd answers once the job is queued and carries it out after:
+	// the reboot stops the kubelet first, the bus last.
+	go s.reboot()
+	return job, nil
+}
