@@ -282,4 +282,3 @@ func dumpLogs(t *testing.T, node *realnode.Node, daemons ...string) {
 		t.Logf("%s log of %s (end):\n%s", d, node.Name(), b)
 	}
 }
-

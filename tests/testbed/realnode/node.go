@@ -90,13 +90,13 @@ type Node struct {
 	reboots   int
 	rebootErr error
 	bus       *bus
-	init    *exec.Cmd
-	initErr chan error
-	pidNS   string // "pid:[inode]" of the node's PID namespace
-	netNS   string // "net:[inode]" of its network namespace
-	net     nodeNet
-	fwds    []*forwarder
-	daemons []*exec.Cmd
+	init      *exec.Cmd
+	initErr   chan error
+	pidNS     string // "pid:[inode]" of the node's PID namespace
+	netNS     string // "net:[inode]" of its network namespace
+	net       nodeNet
+	fwds      []*forwarder
+	daemons   []*exec.Cmd
 }
 
 // Start brings the node up to a running kubelet (its first boot); it
