@@ -134,8 +134,11 @@ func (n *Node) startSystemd(b *bus) error {
 		return fmt.Errorf("node %s: stand-in systemd: %w", n.cfg.Name, err)
 	}
 	reply, err := conn.RequestName(systemdName, dbus.NameFlagDoNotQueue)
-	if err != nil || reply != dbus.RequestNameReplyPrimaryOwner {
-		return fmt.Errorf("node %s: stand-in systemd: RequestName(%s) = %v, %v", n.cfg.Name, systemdName, reply, err)
+	if err != nil {
+		return fmt.Errorf("node %s: stand-in systemd: RequestName(%s): %w", n.cfg.Name, systemdName, err)
+	}
+	if reply != dbus.RequestNameReplyPrimaryOwner {
+		return fmt.Errorf("node %s: stand-in systemd: RequestName(%s) = %v, want primary owner", n.cfg.Name, systemdName, reply)
 	}
 	return nil
 }
