@@ -18,6 +18,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
 
 	"github.com/openfuyao/npu-stack/tests/testbed"
@@ -79,13 +80,20 @@ func TestRealNodeEnforcesImageUserOnHostPath(t *testing.T) {
 	}
 	pod := waitProbeRunning(ctx, t, ns)
 
+	// A container is Running before its process has printed: poll its
+	// log (a log has nothing to watch) until its one line is there.
 	logs := map[string]string{}
 	for _, c := range []string{"image-user", "root"} {
-		b, err := env.Client.CoreV1().Pods(ns).GetLogs(pod.Name, &corev1.PodLogOptions{Container: c}).DoRaw(ctx)
+		var lastErr error
+		err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+			b, err := env.Client.CoreV1().Pods(ns).GetLogs(pod.Name, &corev1.PodLogOptions{Container: c}).DoRaw(ctx)
+			lastErr = err
+			logs[c] = strings.TrimSpace(string(b))
+			return err == nil && strings.HasSuffix(string(b), "\n"), nil
+		})
 		if err != nil {
-			t.Fatalf("logs of %s/%s through the API server and the node's kubelet: %v", pod.Name, c, err)
+			t.Fatalf("logs of %s/%s through the API server and the node's kubelet: %v (last: %v, %q)", pod.Name, c, err, lastErr, logs[c])
 		}
-		logs[c] = strings.TrimSpace(string(b))
 	}
 	if want := "uid=65532 write /probe/image-user: open /probe/image-user: permission denied"; logs["image-user"] != want {
 		t.Errorf("container as the image's user: log %q, want %q", logs["image-user"], want)
