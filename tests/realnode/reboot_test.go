@@ -70,11 +70,11 @@ func TestRealNodeRebootThroughSystemBus(t *testing.T) {
 	checkFreshHostRoot(ctx, t, node, first)
 	checkSystemdRefusals(ctx, t, node)
 
-	// What the driver installer leaves: its modules, loaded on the next boot.
-	for _, m := range installerModules {
-		if err := os.WriteFile(node.Path(filepath.Join(node.ModulesDir(), m+".ko")), nil, 0o644); err != nil {
-			t.Fatal(err)
-		}
+	// What the driver installer leaves: its modules, loaded on the next
+	// boot. And a wedged chip, which the reboot heals.
+	layModules(t, node)
+	if err := node.SetChipHealth(1, "Critical"); err != nil {
+		t.Fatal(err)
 	}
 	vals := map[string]any{
 		"namespace":       ns,
@@ -122,6 +122,9 @@ func TestRealNodeRebootThroughSystemBus(t *testing.T) {
 	testbed.WaitNodeEvent(ctx, t, env.Client, node.Name(), string(contract.EventRebootCompleted), "boot ID "+first+" -> "+ids[1])
 	testbed.WaitNode(ctx, t, env.Client, node.Name(), "Ready after the reboot", nodeReady)
 	checkDriverLoaded(t, node)
+	if c, err := node.Chips(); err != nil || c.Chips[1].Health != "OK" {
+		t.Errorf("chips after the reboot %+v, %v; want chip 1 healed", c, err)
+	}
 	t.Logf("rebooted %s: boot ID %s -> %s", node.Name(), first, ids[1])
 
 	stopped = true
@@ -136,6 +139,45 @@ func TestRealNodeRebootThroughSystemBus(t *testing.T) {
 		t.Errorf("node %s left behind:\n%s", node.Name(), strings.Join(left, "\n"))
 	}
 	t.Logf("test wall time %s", time.Since(start).Round(time.Second))
+}
+
+// TestRealNodeDriverPreinstalled: a node whose driver was installed
+// before its first boot (the FirstBoot hook lays the installer's modules)
+// boots with the driver loaded and its device nodes, and runs pods.
+func TestRealNodeDriverPreinstalled(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	node, err := env.AddRealNode(ctx, testbed.NodeSpec{Prefix: "preinstalled", Chip: "910b", ChipCount: 2}, testbed.RealNodeOptions{
+		FirstBoot: func(_ context.Context, n *realnode.Node) error {
+			layModules(t, n)
+			return nil
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = node.Stop() })
+	testbed.WaitNode(ctx, t, env.Client, node.Name(), "Ready", func(n *corev1.Node) bool {
+		return nodeReady(n) && n.Status.NodeInfo.BootID == node.BootIDs()[0] && n.Status.NodeInfo.KernelVersion == node.KernelRelease()
+	})
+	checkDriverLoaded(t, node)
+	if err := node.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if left, err := node.Leftovers(); err != nil || len(left) > 0 {
+		t.Errorf("node %s left behind: %v %v", node.Name(), left, err)
+	}
+}
+
+// layModules writes the module files the driver installer leaves in
+// /lib/modules/<kernel>/updates.
+func layModules(t *testing.T, node *realnode.Node) {
+	t.Helper()
+	for _, m := range installerModules {
+		if err := os.WriteFile(node.Path(filepath.Join(node.ModulesDir(), m+".ko")), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
 
 // checkFreshHostRoot: before any install the node has its own boot ID at
@@ -190,6 +232,9 @@ func checkDriverLoaded(t *testing.T, node *realnode.Node) {
 	}
 	if _, err := os.Stat(node.Path("/dev/davinci2")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("/dev/davinci2 on a node with 2 chips: %v", err)
+	}
+	if mods, err := node.Command(context.Background(), "ls", "/sys/module").Output(); err != nil || strings.Fields(string(mods))[0] != "asdrv_dms" {
+		t.Errorf("ls /sys/module in the node: %q, %v", mods, err)
 	}
 }
 

@@ -44,6 +44,14 @@ func NodesDir() (string, error) {
 	return dir, nil
 }
 
+// RealNodeOptions tune AddRealNode.
+type RealNodeOptions struct {
+	// FirstBoot runs on the node's first boot before the driver modules
+	// on its disk load (realnode.Config.FirstBoot): install a driver
+	// there for a "driver preinstalled" node.
+	FirstBoot func(ctx context.Context, n *realnode.Node) error
+}
+
 // realNodeKit is what every real node of an Env shares, made on the
 // first AddRealNode: the built init and the sandbox image in the registry.
 type realNodeKit struct {
@@ -56,7 +64,13 @@ type realNodeKit struct {
 // no driver loaded; its kernel label is the machine's kernel, which the
 // node runs (a spec.Kernel naming another is an error). It does not wait
 // for the node to be Ready.
-func (e *Env) AddRealNode(ctx context.Context, spec NodeSpec) (*realnode.Node, error) {
+func (e *Env) AddRealNode(ctx context.Context, spec NodeSpec, opts ...RealNodeOptions) (*realnode.Node, error) {
+	var opt RealNodeOptions
+	for _, o := range opts {
+		if o.FirstBoot != nil {
+			opt.FirstBoot = o.FirstBoot
+		}
+	}
 	kernel, err := realnode.MachineKernel()
 	if err != nil {
 		return nil, err
@@ -106,6 +120,7 @@ func (e *Env) AddRealNode(ctx context.Context, spec NodeSpec) (*realnode.Node, e
 		RuncWrapper: kit.runcWrapper,
 		Chip:        chip,
 		ChipCount:   chipCount,
+		FirstBoot:   opt.FirstBoot,
 	})
 	if err != nil {
 		return nil, err
