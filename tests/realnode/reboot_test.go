@@ -196,8 +196,10 @@ func checkFreshHostRoot(ctx context.Context, t *testing.T, node *realnode.Node, 
 	if mods, err := node.LoadedModules(); err != nil || len(mods) != 0 {
 		t.Errorf("modules loaded before any install: %v, %v", mods, err)
 	}
-	if _, err := os.Stat(node.Path("/dev/davinci0")); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("/dev/davinci0 before any install: %v", err)
+	for _, p := range []string{"/dev/davinci0", "/dev/.npu-stack-testbed/chips.json"} {
+		if _, err := os.Stat(node.Path(p)); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s before any install: %v", p, err)
+		}
 	}
 	if _, err := os.Stat(node.Path(node.ModulesDir())); err != nil {
 		t.Errorf("the installer's module directory: %v", err)
@@ -232,6 +234,9 @@ func checkDriverLoaded(t *testing.T, node *realnode.Node) {
 	}
 	if _, err := os.Stat(node.Path("/dev/davinci2")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("/dev/davinci2 on a node with 2 chips: %v", err)
+	}
+	if b, err := os.ReadFile(node.Path("/dev/.npu-stack-testbed/chips.json")); err != nil || !strings.Contains(string(b), `"910B"`) {
+		t.Errorf("chips.json beside the device nodes: %s, %v", b, err)
 	}
 	if mods, err := node.Command(context.Background(), "ls", "/sys/module").Output(); err != nil || strings.Fields(string(mods))[0] != "asdrv_dms" {
 		t.Errorf("ls /sys/module in the node: %q, %v", mods, err)

@@ -45,8 +45,8 @@ func newChips(chip string, count int) (nodepaths.Chips, error) {
 		return nodepaths.Chips{}, fmt.Errorf("chip model %s with %d chips: want at least one", model, count)
 	}
 	c := nodepaths.Chips{Model: model}
-	for i := range count {
-		c.Chips = append(c.Chips, nodepaths.Chip{ID: i, Health: "OK"})
+	for range count {
+		c.Chips = append(c.Chips, nodepaths.Chip{Health: "OK"})
 	}
 	return c, nil
 }
@@ -85,18 +85,29 @@ func (n *Node) SetChipHealth(chip int, health string) error {
 }
 
 // writeChips replaces chips.json whole (write and rename: the stand-in
-// npu-smi may read it at any moment).
+// npu-smi may read it at any moment), and its copy in /dev while the
+// node runs with the driver loaded (its device nodes there).
 func (n *Node) writeChips(c nodepaths.Chips) error {
 	b, err := json.MarshalIndent(c, "", "  ")
 	if err != nil {
 		return fmt.Errorf("node %s: chips.json: %w", n.cfg.Name, err)
 	}
-	p := n.controlPath(nodepaths.ChipsFile)
-	if err := os.WriteFile(p+".new", append(b, '\n'), 0o644); err != nil {
-		return fmt.Errorf("node %s: %w", n.cfg.Name, err)
+	paths := []string{n.controlPath(nodepaths.ChipsFile)}
+	if n.init != nil {
+		if _, err := os.Stat(n.Path("/dev/" + controlDevices[0])); err == nil {
+			paths = append(paths, n.Path(nodepaths.DevChipsFile))
+		}
 	}
-	if err := os.Rename(p+".new", p); err != nil {
-		return fmt.Errorf("node %s: %w", n.cfg.Name, err)
+	for _, p := range paths {
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			return fmt.Errorf("node %s: %w", n.cfg.Name, err)
+		}
+		if err := os.WriteFile(p+".new", append(b, '\n'), 0o644); err != nil {
+			return fmt.Errorf("node %s: %w", n.cfg.Name, err)
+		}
+		if err := os.Rename(p+".new", p); err != nil {
+			return fmt.Errorf("node %s: %w", n.cfg.Name, err)
+		}
 	}
 	return nil
 }
@@ -192,8 +203,8 @@ func (n *Node) createDevices() error {
 		return err
 	}
 	names := slices.Clone(controlDevices)
-	for _, chip := range c.Chips {
-		names = append(names, fmt.Sprintf("davinci%d", chip.ID))
+	for i := range c.Chips {
+		names = append(names, fmt.Sprintf("davinci%d", i))
 	}
 	var null unix.Stat_t
 	if err := unix.Stat("/dev/null", &null); err != nil {
@@ -208,7 +219,7 @@ func (n *Node) createDevices() error {
 			return fmt.Errorf("node %s: %w", n.cfg.Name, err)
 		}
 	}
-	return nil
+	return n.writeChips(c) // and the copy beside the device nodes
 }
 
 // LoadedModules lists the node's /sys/module.

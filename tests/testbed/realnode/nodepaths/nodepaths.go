@@ -27,12 +27,25 @@ const (
 	BootIDHook = "boot-id-hook"
 )
 
+// DevChipsFile is the copy of ChipsFile beside the device nodes: a
+// container sees the node's /dev (the chart mounts it into the device
+// plugin) but not its /var, and the stand-in libdcmi.so, which stands for
+// the kernel driver behind /dev/davinci_manager, reads it there
+// (tests/testbed/standin). /dev is new at every boot; the boot writes it.
+const DevChipsFile = "/dev/.npu-stack-testbed/chips.json"
+
 // Chips is ChipsFile: the node's NPUs as the test bed sets them, read by
-// the stand-in npu-smi. The product never reads it.
+// the stand-in npu-smi and libdcmi.so (tests/testbed/standin, whose Chips
+// has the same JSON). The product never reads it.
 type Chips struct {
 	// Model is the NPU model: "910B", "310P" or "A3".
 	Model string `json:"model"`
-	// Chips are the chips, IDs 0..n-1.
+	// Name, ChipsPerCard and DCMIInit are the stand-in driver's (npu-smi's
+	// chip name, chips per card, dcmi_init()'s code); kept as set.
+	Name         string `json:"name,omitempty"`
+	ChipsPerCard int    `json:"chipsPerCard,omitempty"`
+	DCMIInit     int    `json:"dcmiInit,omitempty"`
+	// Chips are the chips; a chip's ID is its index.
 	Chips []Chip `json:"chips"`
 	// StickyWedge keeps a chip's health across reboots (a fault a reboot
 	// does not fix); otherwise a reboot makes every chip OK again, as the
@@ -42,7 +55,6 @@ type Chips struct {
 
 // Chip is one NPU.
 type Chip struct {
-	ID int `json:"id"`
 	// Health is npu-smi's Health column: OK, Warning, Alarm or Critical.
 	Health string `json:"health"`
 }
