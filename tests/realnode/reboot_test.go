@@ -2,6 +2,7 @@ package realnode_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"os"
 	"os/exec"
@@ -95,6 +96,7 @@ func TestRealNodeRebootThroughSystemBus(t *testing.T) {
 		}
 	})
 	waitRebooterRunning(ctx, t, ns, node.Name())
+	checkRebooterContainer(ctx, t, node)
 
 	change := kube.NodeChange{
 		Labels:      map[string]*string{keys.RebootRequired(): kube.Set(contract.True)},
@@ -284,6 +286,61 @@ func checkSystemdRefusals(ctx context.Context, t *testing.T, node *realnode.Node
 	}
 	if n := node.RebootJobs(); n != 0 {
 		t.Errorf("%d reboot jobs after refused requests", n)
+	}
+}
+
+// checkRebooterContainer reads the OCI spec containerd gave runc for the
+// rebooter container (crictl inspect on the node): the chart's
+// securityContext and its /run/dbus directory mount, as rendered.
+func checkRebooterContainer(ctx context.Context, t *testing.T, node *realnode.Node) {
+	t.Helper()
+	id, err := node.Crictl(ctx, "ps", "-q", "--name", "^rebooter$")
+	if err != nil || len(strings.Fields(string(id))) != 1 {
+		t.Fatalf("rebooter container on %s: %q, %v", node.Name(), id, err)
+	}
+	out, err := node.Crictl(ctx, "inspect", strings.TrimSpace(string(id)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var inspect struct {
+		Info struct {
+			RuntimeSpec struct {
+				Process struct {
+					User struct {
+						UID int `json:"uid"`
+					} `json:"user"`
+					Capabilities struct {
+						Effective []string `json:"effective"`
+					} `json:"capabilities"`
+					NoNewPrivileges bool `json:"noNewPrivileges"`
+				} `json:"process"`
+				Root struct {
+					Readonly bool `json:"readonly"`
+				} `json:"root"`
+				Mounts []struct {
+					Destination string   `json:"destination"`
+					Source      string   `json:"source"`
+					Options     []string `json:"options"`
+				} `json:"mounts"`
+			} `json:"runtimeSpec"`
+		} `json:"info"`
+	}
+	if err := json.Unmarshal(out, &inspect); err != nil {
+		t.Fatalf("crictl inspect: %v", err)
+	}
+	spec := inspect.Info.RuntimeSpec
+	if spec.Process.User.UID != 0 || !slices.Equal(spec.Process.Capabilities.Effective, []string{"CAP_SYS_ADMIN"}) || !spec.Process.NoNewPrivileges || !spec.Root.Readonly {
+		t.Errorf("rebooter runs as uid %d with capabilities %v, noNewPrivileges %v, read-only root %v; want the chart's uid 0, SYS_ADMIN only, no privilege escalation, read-only root",
+			spec.Process.User.UID, spec.Process.Capabilities.Effective, spec.Process.NoNewPrivileges, spec.Root.Readonly)
+	}
+	dbusMount := false
+	for _, m := range spec.Mounts {
+		if m.Destination == "/run/dbus" {
+			dbusMount = m.Source == "/run/dbus" && slices.Contains(m.Options, "ro")
+		}
+	}
+	if !dbusMount {
+		t.Errorf("rebooter's mounts %+v: want the node's directory /run/dbus read-only at /run/dbus", spec.Mounts)
 	}
 }
 
