@@ -1,9 +1,12 @@
 package realnode
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/openfuyao/npu-stack/tests/testbed/realnode/nodepaths"
 	"github.com/openfuyao/npu-stack/tests/testbed/realnode/noderoot"
@@ -73,6 +76,20 @@ func (n *Node) rootPlan() (noderoot.Plan, error) {
 			{Path: "/dev/stderr", Target: "/proc/self/fd/2"},
 			{Path: "/var/run", Target: "../run"},
 		},
+	}
+	// The machine's SysRq files, if its kernel has them, are covered in
+	// the node by files of its control directory (nodepaths.SysrqGuards).
+	for _, g := range nodepaths.SysrqGuards() {
+		if _, err := os.Stat(g[0]); err != nil {
+			continue
+		}
+		guard := filepath.Join(d, dirVar, strings.TrimPrefix(g[1], "/var/"))
+		if _, err := os.Stat(guard); errors.Is(err, fs.ErrNotExist) {
+			if err := os.WriteFile(guard, nil, 0o644); err != nil {
+				return p, fmt.Errorf("node %s: %w", n.cfg.Name, err)
+			}
+		}
+		p.ProcGuards = append(p.ProcGuards, noderoot.Bind{Source: g[1], Target: g[0]})
 	}
 	// The character devices every machine has; /dev/kmsg for the
 	// kubelet's OOM watcher.

@@ -58,3 +58,16 @@ type Chip struct {
 	// Health is npu-smi's Health column: OK, Warning, Alarm or Critical.
 	Health string `json:"health"`
 }
+
+// SysrqGuards pairs the kernel's magic SysRq files (Linux
+// Documentation/admin-guide/sysrq.rst) with the node's regular files
+// bound over them, in the node and in its privileged containers, where the
+// machine's kernel has them: a sysrq 'b' written on a node must not
+// reboot the machine. The test machine's kernel has no SysRq, so there the
+// guards are not needed and not mounted.
+func SysrqGuards() [][2]string {
+	return [][2]string{
+		{"/proc/sysrq-trigger", ControlDir + "/sysrq-trigger"},
+		{"/proc/sys/kernel/sysrq", ControlDir + "/sysrq"},
+	}
+}

@@ -50,6 +50,16 @@ type Plan struct {
 	// the kernel has one boot ID per machine, and each node needs its own
 	// that changes when the node reboots.
 	BootIDFile string `json:"bootIDFile,omitempty"`
+	// ProcGuards are files of the node's root bound over files of /proc
+	// (Target) once /proc is mounted, where the target exists: the SysRq
+	// files, so that the node cannot reboot the machine.
+	ProcGuards []Bind `json:"procGuards,omitempty"`
+}
+
+// Bind binds the file Source (a path in the node's root) over Target.
+type Bind struct {
+	Source string `json:"source"`
+	Target string `json:"target"`
 }
 
 // Write stores the plan as JSON at path.
@@ -190,6 +200,14 @@ func (p Plan) pivot() error {
 	if p.BootIDFile != "" {
 		if err := bindReadOnly(p.BootIDFile, BootIDPath); err != nil {
 			return fmt.Errorf("the node's boot ID: %w", err)
+		}
+	}
+	for _, g := range p.ProcGuards {
+		if _, err := os.Stat(g.Target); err != nil {
+			continue // this kernel has no such file
+		}
+		if err := unix.Mount(g.Source, g.Target, "", unix.MS_BIND, ""); err != nil {
+			return fmt.Errorf("guard %s with %s: %w", g.Target, g.Source, err)
 		}
 	}
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_SHARED, ""); err != nil {

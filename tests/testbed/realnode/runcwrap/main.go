@@ -26,6 +26,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 
@@ -143,6 +144,9 @@ func bootIDHook() error {
 		Root struct {
 			Path string `json:"path"`
 		} `json:"root"`
+		Linux struct {
+			ReadonlyPaths []string `json:"readonlyPaths"`
+		} `json:"linux"`
 	}
 	if err := json.Unmarshal(b, &spec); err != nil {
 		return fmt.Errorf("bundle config: %w", err)
@@ -160,6 +164,22 @@ func bootIDHook() error {
 	}
 	if err := unix.Mount("", dst, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY, ""); err != nil {
 		return fmt.Errorf("make %s read-only: %w", dst, err)
+	}
+	// A privileged container (CRI gives it no read-only paths) may write
+	// the kernel's SysRq files: where the machine has them, it writes the
+	// node's guards instead. Other containers get them read-only from
+	// runc, which cannot reboot anything.
+	if slices.Contains(spec.Linux.ReadonlyPaths, "/proc/sysrq-trigger") {
+		return nil
+	}
+	for _, g := range nodepaths.SysrqGuards() {
+		dst := filepath.Join(rootfs, g[0])
+		if _, err := os.Stat(dst); err != nil {
+			continue
+		}
+		if err := unix.Mount(g[1], dst, "", unix.MS_BIND, ""); err != nil {
+			return fmt.Errorf("bind %s over %s: %w", g[1], dst, err)
+		}
 	}
 	return nil
 }
