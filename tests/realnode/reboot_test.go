@@ -77,6 +77,16 @@ func TestRealNodeRebootThroughSystemBus(t *testing.T) {
 	if err := node.SetChipHealth(1, "Critical"); err != nil {
 		t.Fatal(err)
 	}
+	// A reboot empties /run (npu-stack's markers live there) and keeps
+	// the disk.
+	for _, p := range []string{"/run/npu-stack/driver-ready", "/var/lib/npu-stack-probe/kept"} {
+		if err := os.MkdirAll(filepath.Dir(node.Path(p)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(node.Path(p), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
 	vals := map[string]any{
 		"namespace":       ns,
 		"npuNodeSelector": map[string]any{fleetLabel: ns},
@@ -124,6 +134,12 @@ func TestRealNodeRebootThroughSystemBus(t *testing.T) {
 	testbed.WaitNodeEvent(ctx, t, env.Client, node.Name(), string(contract.EventRebootCompleted), "boot ID "+first+" -> "+ids[1])
 	testbed.WaitNode(ctx, t, env.Client, node.Name(), "Ready after the reboot", nodeReady)
 	checkDriverLoaded(t, node)
+	if _, err := os.Stat(node.Path("/run/npu-stack/driver-ready")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("/run/npu-stack/driver-ready after the reboot: %v; want /run emptied", err)
+	}
+	if _, err := os.Stat(node.Path("/var/lib/npu-stack-probe/kept")); err != nil {
+		t.Errorf("a file of the node's disk after the reboot: %v", err)
+	}
 	if c, err := node.Chips(); err != nil || c.Chips[1].Health != "OK" {
 		t.Errorf("chips after the reboot %+v, %v; want chip 1 healed", c, err)
 	}
