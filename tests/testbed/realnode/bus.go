@@ -177,9 +177,10 @@ var systemdJobModes = map[string]bool{
 // implement it refuses as systemd does: other methods with UnknownMethod
 // (godbus, as sd-bus), other units with NoSuchUnit, a bad mode with
 // InvalidArgs, a caller that is not root with AccessDenied (systemd lets
-// a peer of its own uid start units without polkit, systemd
-// src/libsystemd/sd-bus/bus-convenience.c sd_bus_query_sender_privilege;
-// with no polkit on the bus it refuses everyone else).
+// a peer of its own uid, root, start units without polkit: systemd
+// src/libsystemd/sd-bus/bus-convenience.c sd_bus_query_sender_privilege at
+// commit 018333725f9d, "Sender has same UID as us, then let's grant
+// access"; the node has no polkit, so everyone else is refused).
 type standinSystemd struct {
 	conn   *dbus.Conn
 	reboot func()
