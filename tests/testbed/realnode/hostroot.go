@@ -93,7 +93,7 @@ func (n *Node) writeChips(c nodepaths.Chips) error {
 		return fmt.Errorf("node %s: chips.json: %w", n.cfg.Name, err)
 	}
 	paths := []string{n.controlPath(nodepaths.ChipsFile)}
-	if n.init != nil {
+	if n.pid.Load() != 0 {
 		if _, err := os.Stat(n.Path("/dev/" + controlDevices[0])); err == nil {
 			paths = append(paths, n.Path(nodepaths.DevChipsFile))
 		}

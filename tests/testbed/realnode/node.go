@@ -20,6 +20,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -90,13 +91,16 @@ type Node struct {
 	reboots   int
 	rebootErr error
 	bus       *bus
-	init      *exec.Cmd
-	initErr   chan error
-	pidNS     string // "pid:[inode]" of the node's PID namespace
-	netNS     string // "net:[inode]" of its network namespace
-	net       nodeNet
-	fwds      []*forwarder
-	daemons   []*exec.Cmd
+	// pid is the current boot's init, read by Path and Command while a
+	// reboot may replace it.
+	pid     atomic.Int64
+	init    *exec.Cmd
+	initErr chan error
+	pidNS   string // "pid:[inode]" of the node's PID namespace
+	netNS   string // "net:[inode]" of its network namespace
+	net     nodeNet
+	fwds    []*forwarder
+	daemons []*exec.Cmd
 }
 
 // Start brings the node up to a running kubelet (its first boot); it
@@ -257,6 +261,7 @@ func (n *Node) startInit(ctx context.Context) error {
 	}
 	_ = w.Close()
 	n.init = cmd
+	n.pid.Store(int64(cmd.Process.Pid))
 	n.initErr = make(chan error, 1)
 	go func() { n.initErr <- cmd.Wait() }()
 	n.pidNS, _ = os.Readlink(fmt.Sprintf("/proc/%d/ns/pid", cmd.Process.Pid))
@@ -282,7 +287,7 @@ func (n *Node) startInit(ctx context.Context) error {
 // Path is where path inside the node is on the host while the node runs
 // (through its init's root).
 func (n *Node) Path(path string) string {
-	return fmt.Sprintf("/proc/%d/root%s", n.init.Process.Pid, path)
+	return fmt.Sprintf("/proc/%d/root%s", n.pid.Load(), path)
 }
 
 // Name is the node's name.
@@ -293,7 +298,7 @@ func (n *Node) IP() string { return n.net.nodeIP }
 
 // InitPID is the host PID of the node's init: `nsenter --target <pid>
 // --all` enters the node.
-func (n *Node) InitPID() int { return n.init.Process.Pid }
+func (n *Node) InitPID() int { return int(n.pid.Load()) }
 
 // LogPath is the host path of a daemon's log ("kubelet", "containerd").
 func (n *Node) LogPath(daemon string) string {
@@ -302,7 +307,7 @@ func (n *Node) LogPath(daemon string) string {
 
 // nsenterArgs run argv in every namespace of the node, in its root.
 func (n *Node) nsenterArgs(argv ...string) []string {
-	return append([]string{"--target", strconv.Itoa(n.init.Process.Pid),
+	return append([]string{"--target", strconv.Itoa(n.InitPID()),
 		"--mount", "--uts", "--ipc", "--net", "--pid", "--root", "--wd", "--"}, argv...)
 }
 
