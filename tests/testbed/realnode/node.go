@@ -5,8 +5,14 @@
 // gives it its own root file system (noderoot), the test bed's control
 // plane and registry are reachable at their loopback addresses through
 // forwarders, and the kubelet joins as system:node:<name> with a client
-// certificate of the control plane's CA. Stop ends every process,
-// namespace, mount, veth and cgroup the node made.
+// certificate of the control plane's CA. Its host root follows
+// docs/host-contract.md (hostroot.go): its own /sys/module, the driver's
+// modules under /lib/modules/<kernel>/updates loaded at boot with their
+// device nodes, a boot ID per boot, seen by every container through the
+// runc wrapper (realnode/runcwrap), and its own system bus with a stand-in
+// systemd whose StartUnit("reboot.target") reboots the node (bus.go,
+// reboot.go). Stop ends every process, namespace, mount, veth and cgroup
+// the node made.
 package realnode
 
 import (
