@@ -70,7 +70,7 @@ func TestRealNodeStandInDevicePlugin(t *testing.T) {
 		}
 		f.node = node
 		t.Cleanup(func() { stopNode(t, node) })
-		profiles = append(profiles, map[string]any{"name": f.chip, "chip": f.chip, "kernel": "5.15.0-105-generic", "os": "ubuntu22.04"})
+		profiles = append(profiles, map[string]any{"name": f.chip, "chip": f.chip, "kernel": node.KernelRelease(), "os": "ubuntu22.04"})
 	}
 
 	root, err := testbed.RepoRoot()
@@ -171,15 +171,14 @@ func allocatable(resource corev1.ResourceName, want int64) func(*corev1.Node) bo
 	}
 }
 
-// prepareHost lays out what the node has before the driver: the test
-// bed's /sys/module (interface 8: a tmpfs over it in the node's mount
-// namespace) and chips, and the driver's user, which the vendor's
-// installer requires and does not create: run before, it fails with the
-// vendor's message.
+// prepareHost lays out what the node has before the driver besides what
+// the test bed's host root gives it (its own empty /sys/module): the
+// chips, and the driver's user, which the vendor's installer requires and
+// does not create: run before, it fails with the vendor's message.
 func prepareHost(ctx context.Context, t *testing.T, node *realnode.Node, u *standin.UserSpace, c standin.Chips) {
 	t.Helper()
-	if out, err := node.Command(ctx, "mount", "-t", "tmpfs", "-o", "mode=755", "sysfs-modules", "/sys/module").CombinedOutput(); err != nil {
-		t.Fatalf("tmpfs over /sys/module on %s: %v\n%s", node.Name(), err, out)
+	if mods, err := node.LoadedModules(); err != nil || len(mods) != 0 {
+		t.Fatalf("modules loaded on %s before the driver: %v, %v", node.Name(), mods, err)
 	}
 	if err := standin.WriteChips(node.Path, c); err != nil {
 		t.Fatal(err)
