@@ -17,7 +17,7 @@ up)
 		go build -o "$root/bin/npu-cluster" "$root/tests/cmd/npu-cluster"
 		# The GitOps engines asked for, built once into .cache/engines.
 		engines=()
-		[[ " ${CLUSTER_ARGS:-} " == *" --flux "* ]] && engines+=(flux)
+		[[ " ${CLUSTER_ARGS:-} " == *" --flux "* ]] && engines+=(flux source-controller)
 		[[ " ${CLUSTER_ARGS:-} " == *" --argocd "* ]] && engines+=(helm4 argocd)
 		if ((${#engines[@]})); then
 			bash "$root/ci/build-engines.sh" "${engines[@]}"

@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"reflect"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -19,42 +21,59 @@ import (
 // TestArgoCDStory: Argo CD v3.6 (application controller, repo server
 // rendering with helm v4, redis) syncs docs/examples/argocd-application.yaml's
 // Application, its chart from the test bed's registry and the fleet's
-// values merged over the example's (hooks.mode: job). The bump and the
-// rollback are changes of valuesObject, as a Git commit and its revert
-// would be; automated sync with prune and self-heal applies each.
+// values merged over the example's. The bump and the rollback are changes
+// of valuesObject, as a Git commit and its revert would be; automated sync
+// applies each. Two hook modes share one Argo CD, each on its own fleet:
+// the example's hooks.mode job (the rollout a regular Job named by the
+// driver spec's hash) and the chart's default hook mode (preflight as a
+// PreSync hook, the rollout as a PostSync hook, post-rollback ignored).
 func TestArgoCDStory(t *testing.T) {
-	s := newStack(t, "", "", 2, 1)
 	ctx := ctxTimeout(t, 3*time.Minute)
 	argo, err := env.StartArgoCD(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	dyn, err := dynamic.NewForConfig(env.Config())
-	if err != nil {
-		t.Fatal(err)
-	}
-	apps := dyn.Resource(testbed.ApplicationGVR).Namespace(argo.Namespace())
-	d := &argoDeployer{s: s, argo: argo, apps: apps}
 	t.Cleanup(func() {
 		if t.Failed() {
 			for _, p := range argo.LogPaths() {
 				t.Logf("%s:\n%s", p, testbed.Tail(readFile(p), 40))
 			}
 		}
-		// The Applications go first, so that nothing syncs into a
-		// namespace being torn down, and Argo CD stops.
-		for _, name := range d.created {
-			_ = apps.Delete(context.Background(), name, metav1.DeleteOptions{})
-		}
 		_ = argo.Stop()
 	})
-	runStory(t, s, d)
+	dyn, err := dynamic.NewForConfig(env.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	apps := dyn.Resource(testbed.ApplicationGVR).Namespace(argo.Namespace())
+	for _, tc := range []struct {
+		name string
+		mode string // hooks.mode; "" keeps the chart's default (hook)
+	}{
+		{"ExampleJobMode", "job"},
+		{"DefaultHookMode", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newStack(t, "", "", 2, 1)
+			d := &argoDeployer{s: s, argo: argo, apps: apps, dyn: dyn, mode: tc.mode}
+			t.Cleanup(func() {
+				// The Applications go first, so that nothing syncs into
+				// a namespace being torn down.
+				for _, name := range d.created {
+					_ = apps.Delete(context.Background(), name, metav1.DeleteOptions{})
+				}
+			})
+			runStory(t, s, d)
+		})
+	}
 }
 
 type argoDeployer struct {
 	s       *stack
+	mode    string // hooks.mode set over the example's; "" removes it
 	argo    *testbed.ArgoCD
 	apps    dynamic.ResourceInterface
+	dyn     dynamic.Interface
 	first   map[string]any // the install's values: the rollback's target
 	syncs   int            // full syncs the story expects in status.history
 	created []string
@@ -72,6 +91,11 @@ func (d *argoDeployer) exampleApplication(t *testing.T, name, chart, version str
 	src["repoURL"], src["chart"], src["targetRevision"] = d.argo.ChartRepoURL(), chart, version
 	src["helm"].(map[string]any)["releaseName"] = name
 	spec["destination"].(map[string]any)["namespace"] = d.s.ns
+	// Self-heal off while the story watches Argo CD's view: a drift stays
+	// OutOfSync for the watch to see instead of being synced away.
+	if err := unstructured.SetNestedField(app.Object, false, "spec", "syncPolicy", "automated", "selfHeal"); err != nil {
+		t.Fatal(err)
+	}
 	return app
 }
 
@@ -91,6 +115,12 @@ func (d *argoDeployer) deploy(ctx context.Context, t *testing.T, vals map[string
 		helm := app.Object["spec"].(map[string]any)["source"].(map[string]any)["helm"].(map[string]any)
 		base, _ := helm["valuesObject"].(map[string]any)
 		d.first = mergeValues(normalize(t, base), normalize(t, withRegistry(vals)))
+		hooks := d.first["hooks"].(map[string]any)
+		if d.mode == "" {
+			delete(hooks, "mode")
+		} else {
+			hooks["mode"] = d.mode
+		}
 		helm["valuesObject"] = d.first
 		d.create(ctx, t, app)
 		return d.waiter(ctx, t, d.s.release, d.first, d.syncs)
@@ -120,10 +150,11 @@ func (d *argoDeployer) setValues(ctx context.Context, t *testing.T, vals map[str
 
 func (d *argoDeployer) deployAux(ctx context.Context, t *testing.T, c *auxChart, vals map[string]any) {
 	t.Helper()
-	app := d.exampleApplication(t, c.Name, c.Name, c.Version)
+	// Named after the stack: both hook-mode stories share one Argo CD.
+	app := d.exampleApplication(t, d.s.release+"-"+c.Name, c.Name, c.Version)
 	app.Object["spec"].(map[string]any)["source"].(map[string]any)["helm"].(map[string]any)["valuesObject"] = normalize(t, vals)
 	d.create(ctx, t, app)
-	d.waiter(ctx, t, c.Name, nil, 1)()
+	d.waiter(ctx, t, app.GetName(), nil, 1)()
 }
 
 // waiter waits for Argo CD's own verdict on Application name: synced to
@@ -172,7 +203,7 @@ func argoSettled(a *unstructured.Unstructured, want string, syncs int) (bool, er
 }
 
 // verify asks Argo CD for a fresh comparison (a refresh) and reads its
-// verdict: Synced (no drift), Healthy, no extra sync, with self-heal on.
+// verdict: Synced (no drift), Healthy, no extra sync.
 func (d *argoDeployer) verify(ctx context.Context, t *testing.T, step int) {
 	t.Helper()
 	before, err := d.apps.Get(ctx, d.s.release, metav1.GetOptions{})
@@ -199,8 +230,37 @@ func (d *argoDeployer) verify(ctx context.Context, t *testing.T, step int) {
 	if ok, err := argoSettled(a, "", d.syncs); !ok {
 		t.Errorf("after step %d Argo CD reports %s (%v); want Synced, Healthy, %d syncs", step, testbed.ApplicationState(a), err, d.syncs)
 	}
-	if selfHeal, _, _ := unstructured.NestedBool(a.Object, "spec", "syncPolicy", "automated", "selfHeal"); !selfHeal {
-		t.Error("the story must run with self-heal on")
+	d.checkHooks(t, a, step)
+}
+
+// checkHooks reads the last sync's hooks from Argo CD's operationState:
+// the preflight Job a PreSync hook, and the rollout Job a PostSync hook in
+// hook mode and no hook at all in job mode; every hook Succeeded.
+func (d *argoDeployer) checkHooks(t *testing.T, a *unstructured.Unstructured, step int) {
+	t.Helper()
+	res, _, _ := unstructured.NestedSlice(a.Object, "status", "operationState", "syncResult", "resources")
+	hooks := map[string]string{} // "<hookType> Job *-<suffix>" -> hookPhase
+	for _, r := range res {
+		m, _ := r.(map[string]any)
+		ht, _ := m["hookType"].(string)
+		name, _ := m["name"].(string)
+		if ht == "" {
+			continue
+		}
+		phase, _ := m["hookPhase"].(string)
+		if phase != "Succeeded" {
+			t.Errorf("step %d: Argo CD hook %s %s/%s ended %s: %v", step, ht, m["kind"], name, phase, m["message"])
+		}
+		if m["kind"] == "Job" {
+			hooks[ht+" Job *"+name[strings.LastIndex(name, "-"):]] = phase
+		}
+	}
+	want := map[string]string{"PreSync Job *-preflight": "Succeeded"}
+	if d.mode == "" {
+		want["PostSync Job *-rollout"] = "Succeeded"
+	}
+	if !reflect.DeepEqual(hooks, want) {
+		t.Errorf("step %d (hooks.mode %q): the last sync ran the Job hooks %v, want %v", step, d.mode, hooks, want)
 	}
 }
 
@@ -228,4 +288,54 @@ func mergeValues(base, over map[string]any) map[string]any {
 		base[k] = v
 	}
 	return base
+}
+
+// watchDrift records, at every change of the story's Application, each
+// sync operation (start, phase, the driver version it applied) and each
+// managed resource's sync status. A resource OutOfSync while Argo CD is
+// settled — the last operation Succeeded and the desired state it compares
+// against is the one that operation synced — is drift.
+func (d *argoDeployer) watchDrift(ctx context.Context, t *testing.T) *driftWatch {
+	t.Helper()
+	w := newDriftWatch()
+	watchObjects(t, d.dyn, testbed.ApplicationGVR, d.argo.Namespace(), "metadata.name="+d.s.release, func(a *unstructured.Unstructured) {
+		op, _, _ := unstructured.NestedMap(a.Object, "status", "operationState")
+		phase, _ := op["phase"].(string)
+		synced, _, _ := unstructured.NestedMap(a.Object, "status", "operationState", "syncResult", "source")
+		if started, _ := op["startedAt"].(string); started != "" {
+			vals, _, _ := unstructured.NestedMap(synced, "helm", "valuesObject")
+			w.record("sync started "+started, fmt.Sprintf("%s, driver.version %s", phase, valuesVersion(vals)), false)
+		}
+		compared, _, _ := unstructured.NestedMap(a.Object, "status", "sync", "comparedTo", "source")
+		settled := phase == "Succeeded" && reflect.DeepEqual(compared, synced)
+		res, _, _ := unstructured.NestedSlice(a.Object, "status", "resources")
+		for _, r := range res {
+			m, _ := r.(map[string]any)
+			if hook, _ := m["hook"].(bool); hook {
+				continue
+			}
+			st, _ := m["status"].(string)
+			state := st + " (changing)"
+			if settled {
+				state = st + " (settled)"
+			}
+			w.record(fmt.Sprintf("resource %v/%v", m["kind"], m["name"]), state, settled && st == "OutOfSync")
+		}
+	})
+	return w
+}
+
+// plantDrift edits a ConfigMap of the release by hand and waits for the
+// watch to see Argo CD report it OutOfSync; then restores the value and
+// waits for Synced again.
+func (d *argoDeployer) plantDrift(ctx context.Context, t *testing.T, w *driftWatch) {
+	t.Helper()
+	name, restore := plantedConfigMap(ctx, t, d.s.ns)
+	w.waitDrift(ctx, t, "ConfigMap/"+name)
+	restore()
+	if _, err := d.argo.WaitApplication(ctx, d.s.release, func(a *unstructured.Unstructured) (bool, error) {
+		return argoSettled(a, "", d.syncs)
+	}); err != nil {
+		t.Errorf("after restoring %s: %v", name, err)
+	}
 }

@@ -58,6 +58,8 @@ type stack struct {
 	nodes   []*procnode.Node
 	vals    map[string]any
 	helm    *testbed.Helm
+	// auxNS holds the other release's DRA plugin (default ns).
+	auxNS string
 	// preCordoned is the node the admin cordoned before an upgrade: it
 	// is upgraded and must stay cordoned.
 	preCordoned string
@@ -170,13 +172,13 @@ func (s *stack) check(ctx context.Context, version string, reboots int) {
 			s.t.Errorf("%s: state label %q left", n.Name, v)
 		}
 	}
-	s.checkStartedAfterDriver(ctx, "app.kubernetes.io/component="+contract.ComponentDevicePlugin, "device plugin")
+	s.checkStartedAfterDriver(ctx, s.ns, "app.kubernetes.io/component="+contract.ComponentDevicePlugin, "device plugin")
 }
 
 // checkStartedAfterDriver: on every node, the pod selected by selector
-// in the stack's namespace runs a container started after the node's
+// in namespace ns runs a container started after the node's
 // driver pod became Ready (second resolution).
-func (s *stack) checkStartedAfterDriver(ctx context.Context, selector, what string) {
+func (s *stack) checkStartedAfterDriver(ctx context.Context, ns, selector, what string) {
 	s.t.Helper()
 	pods, err := env.Client.CoreV1().Pods(s.ns).List(ctx, metav1.ListOptions{LabelSelector: "app=npu-driver-daemonset"})
 	if err != nil {
@@ -192,7 +194,7 @@ func (s *stack) checkStartedAfterDriver(ctx context.Context, selector, what stri
 			}
 		}
 	}
-	if pods, err = env.Client.CoreV1().Pods(s.ns).List(ctx, metav1.ListOptions{LabelSelector: selector}); err != nil {
+	if pods, err = env.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: selector}); err != nil {
 		s.t.Fatal(err)
 	}
 	seen := 0

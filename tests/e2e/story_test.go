@@ -55,7 +55,11 @@ func runStory(t *testing.T, s *stack, d deployer) {
 	s.policy()["maxParallelUpgrades"] = 2
 	s.policy()["maxUnavailable"] = storyMaxUnavailable
 	s.policy()["rebootTimeoutSeconds"] = 300
-	s.policy()["rerollTargets"] = []any{map[string]any{"namespace": s.ns, "name": draName}}
+	s.auxNS = s.ns
+	if a, ok := d.(interface{ auxNamespace() string }); ok {
+		s.auxNS = a.auxNamespace()
+	}
+	s.policy()["rerollTargets"] = []any{map[string]any{"namespace": s.auxNS, "name": draName}}
 	s.vals["hooks"].(map[string]any)["activeDeadlineSeconds"] = 900
 
 	aux := publishDRAChart(ctx, t)
@@ -65,6 +69,10 @@ func runStory(t *testing.T, s *stack, d deployer) {
 	d.deploy(ctx, t, s.vals)()
 	s.check(ctx, v1, 0) // fresh machines: installed on first boot, no reboot
 	d.verify(ctx, t, 1)
+	var drift *driftWatch
+	if w, ok := d.(driftWatching); ok {
+		drift = w.watchDrift(ctx, t)
+	}
 
 	s.preCordoned = s.nodes[0].Name()
 	kubectl(ctx, t, "kubectl cordon "+s.preCordoned)
@@ -89,6 +97,10 @@ func runStory(t *testing.T, s *stack, d deployer) {
 	s.checkSeedVerification(ctx, v1)
 	d.verify(ctx, t, 3)
 	inv.assert(t)
+	if drift != nil {
+		drift.assertNone(t, "the engine's drift view during the story")
+		d.(driftWatching).plantDrift(ctx, t, drift)
+	}
 }
 
 // mirror pushes stand-ins of the driver images versions render to, as
@@ -270,8 +282,8 @@ func nodeReady(n *corev1.Node) bool {
 // pod became Ready (the device plugin is checked by check).
 func (s *stack) checkRerolled(ctx context.Context) {
 	s.t.Helper()
-	s.checkStartedAfterDriver(ctx, "app.kubernetes.io/component="+contract.ComponentExporter, "exporter")
-	s.checkStartedAfterDriver(ctx, "app="+draName, "DRA plugin")
+	s.checkStartedAfterDriver(ctx, s.ns, "app.kubernetes.io/component="+contract.ComponentExporter, "exporter")
+	s.checkStartedAfterDriver(ctx, s.auxNS, "app="+draName, "DRA plugin")
 }
 
 func (s *stack) String() string { return fmt.Sprintf("stack %s/%s", s.ns, s.release) }

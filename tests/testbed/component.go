@@ -80,6 +80,21 @@ func (c *component) stop(grace time.Duration) error {
 	}
 }
 
+// kill ends the process group with SIGKILL at once, as an OOM kill or a
+// lost node does: no graceful shutdown.
+func (c *component) kill() error {
+	select {
+	case <-c.done:
+		return nil
+	default:
+	}
+	if err := syscall.Kill(-c.cmd.Process.Pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
+		return fmt.Errorf("kill %s: %w", c.name, err)
+	}
+	<-c.done
+	return nil
+}
+
 func tail(path string, lines int) string {
 	b, err := os.ReadFile(path)
 	if err != nil {

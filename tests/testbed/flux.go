@@ -25,6 +25,7 @@ import (
 var (
 	HelmReleaseGVR      = schema.GroupVersionResource{Group: "helm.toolkit.fluxcd.io", Version: "v2", Resource: "helmreleases"}
 	ExternalArtifactGVR = schema.GroupVersionResource{Group: "source.toolkit.fluxcd.io", Version: "v1", Resource: "externalartifacts"}
+	OCIRepositoryGVR    = schema.GroupVersionResource{Group: "source.toolkit.fluxcd.io", Version: "v1", Resource: "ocirepositories"}
 	fluxCRDGVR          = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
 )
 
@@ -32,29 +33,31 @@ var (
 // as source-controller would own the latter.
 const fluxFieldManager = "npu-stack-testbed"
 
-// Flux is Flux's real helm-controller (built by ci/engines/flux) running
-// against a control plane, with the test bed in the role of the source
-// controller: it serves chart artifacts over loopback HTTP and publishes
-// them as ExternalArtifact objects, Flux's extension point for third-party
-// sources. Run one at a time per control plane: two would reconcile the
-// same HelmReleases.
+// Flux is Flux's real source-controller and helm-controller (built by
+// ci/engines/source-controller and ci/engines/flux) running against a
+// control plane: source-controller reconciles OCIRepositories and serves
+// their artifacts over loopback HTTP, helm-controller installs from them.
+// The test bed can also play a source itself (PublishChart), serving
+// chart archives as ExternalArtifact objects, Flux's extension point for
+// third-party sources. Run one at a time per control plane: two would
+// reconcile the same objects.
 type Flux struct {
 	dyn     dynamic.Interface
-	comp    *component
+	comp    *component // helm-controller
+	source  *component // source-controller
 	store   *fluxArtifacts
 	stopped bool
+	cp      *ControlPlane
+	logDir  string
+	port    int // helm-controller's health port
 }
 
 // StartFlux applies the Flux CRDs (helm-controller's and
-// source-controller's), starts helm-controller against c's API server
-// with the ExternalArtifact feature gate on, and waits until the CRDs are
-// Established and the controller answers its health endpoint. Stop ends
-// it; it also dies with the test binary.
+// source-controller's), starts source-controller and helm-controller (the
+// ExternalArtifact feature gate on) against c's API server, and waits
+// until the CRDs are Established and both controllers answer their health
+// endpoints. Stop ends them; they also die with the test binary.
 func (c *ControlPlane) StartFlux(ctx context.Context) (_ *Flux, err error) {
-	bin, err := Engine("bin/helm-controller")
-	if err != nil {
-		return nil, err
-	}
 	engines, err := EnginesDir()
 	if err != nil {
 		return nil, err
@@ -63,7 +66,7 @@ func (c *ControlPlane) StartFlux(ctx context.Context) (_ *Flux, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("dynamic client: %w", err)
 	}
-	f := &Flux{dyn: dyn}
+	f := &Flux{dyn: dyn, cp: c, logDir: filepath.Join(c.Dir, "logs")}
 	defer func() {
 		if err != nil {
 			_ = f.Stop()
@@ -77,29 +80,49 @@ func (c *ControlPlane) StartFlux(ctx context.Context) (_ *Flux, err error) {
 	if f.store, err = startFluxArtifacts(c.Dir); err != nil {
 		return nil, err
 	}
+	if err := os.MkdirAll(f.logDir, 0o755); err != nil {
+		return nil, fmt.Errorf("log dir: %w", err)
+	}
+	if f.source, err = startSourceController(ctx, c, f.logDir); err != nil {
+		return nil, err
+	}
 	ports, err := freePorts(1)
 	if err != nil {
 		return nil, err
 	}
-	health := "http://127.0.0.1:" + strconv.Itoa(ports[0]) + "/readyz"
+	f.port = ports[0]
+	if err := f.StartHelmController(ctx); err != nil {
+		return nil, err
+	}
+	return f, nil
+}
+
+// StartHelmController (re)starts helm-controller and waits for its health
+// endpoint: StartFlux's second half, and the restart of a controller a
+// test killed.
+func (f *Flux) StartHelmController(ctx context.Context) (err error) {
+	bin, err := Engine("bin/helm-controller")
+	if err != nil {
+		return err
+	}
 	// helm-controller takes its kubeconfig from $KUBECONFIG only (the
 	// controller-runtime --kubeconfig flag is a Go flag its pflag set never
 	// parses), and startComponent passes the test's environment on, so
 	// env(1) sets it; the *_LOCALHOST variables would make it fetch
-	// artifacts from another host than the URL the test bed publishes.
+	// artifacts from another host than the URL the sources publish.
 	envBin, err := exec.LookPath("env")
 	if err != nil {
-		return nil, fmt.Errorf("start helm-controller: %w", err)
+		return fmt.Errorf("start helm-controller: %w", err)
 	}
 	args := []string{
 		"-u", "SOURCE_CONTROLLER_LOCALHOST", "-u", "SOURCE_WATCHER_LOCALHOST",
-		"KUBECONFIG=" + c.Kubeconfig,
+		"KUBECONFIG=" + f.cp.Kubeconfig,
 		bin,
 		"--feature-gates=ExternalArtifact=true",
 		"--watch-all-namespaces=true",
 		"--enable-leader-election=false",
 		"--metrics-addr=0",
-		"--health-addr=127.0.0.1:" + strconv.Itoa(ports[0]),
+		"--health-addr=127.0.0.1:" + strconv.Itoa(f.port),
 		"--log-level=debug",
 		"--log-encoding=console",
 		// A HelmRelease whose artifact is not there yet is retried after
@@ -107,13 +130,27 @@ func (c *ControlPlane) StartFlux(ctx context.Context) (_ *Flux, err error) {
 		"--requeue-dependency=5s",
 		"--graceful-shutdown-timeout=10s",
 	}
-	logDir := filepath.Join(c.Dir, "logs")
-	if err := os.MkdirAll(logDir, 0o755); err != nil {
-		return nil, fmt.Errorf("log dir: %w", err)
+	if f.comp, err = startComponent("helm-controller", envBin, args, f.logDir); err != nil {
+		return err
 	}
-	if f.comp, err = startComponent("helm-controller", envBin, args, logDir); err != nil {
-		return nil, err
+	f.stopped = false
+	return waitHealthy(ctx, f.comp, "http://127.0.0.1:"+strconv.Itoa(f.port)+"/readyz")
+}
+
+// KillHelmController ends helm-controller with SIGKILL, as a node loss or
+// an OOM kill would: no graceful shutdown, whatever Helm action it runs is
+// left as it is. StartHelmController brings it back.
+func (f *Flux) KillHelmController() error {
+	if f.comp == nil {
+		return errors.New("helm-controller was never started")
 	}
+	f.stopped = true
+	return f.comp.kill()
+}
+
+// waitHealthy polls health until it answers 200, failing at once if comp
+// exits (with its log tail).
+func waitHealthy(ctx context.Context, comp *component, health string) error {
 	probe := func(ctx context.Context) (bool, error) {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, health, nil)
 		if err != nil {
@@ -127,8 +164,8 @@ func (c *ControlPlane) StartFlux(ctx context.Context) (_ *Flux, err error) {
 		return resp.StatusCode == http.StatusOK, nil
 	}
 	var last error
-	err = wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(ctx context.Context) (bool, error) {
-		if err := f.comp.exited(); err != nil {
+	err := wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		if err := comp.exited(); err != nil {
 			return false, err
 		}
 		ok, err := probe(ctx)
@@ -136,9 +173,9 @@ func (c *ControlPlane) StartFlux(ctx context.Context) (_ *Flux, err error) {
 		return ok, nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("waiting for helm-controller %s: %w; last log lines:\n%s", health, errors.Join(err, last), tail(f.comp.logPath, 20))
+		return fmt.Errorf("waiting for %s %s: %w; last log lines:\n%s", comp.name, health, errors.Join(err, last), tail(comp.logPath, 20))
 	}
-	return f, nil
+	return nil
 }
 
 // LogPath is helm-controller's log file, for failure dumps.
@@ -149,25 +186,36 @@ func (f *Flux) LogPath() string {
 	return f.comp.logPath
 }
 
-// Err reports that helm-controller has exited, with its log tail; nil
-// while it runs. Waits on HelmReleases check it to fail fast.
+// SourceLogPath is source-controller's log file, for failure dumps.
+func (f *Flux) SourceLogPath() string {
+	if f.source == nil {
+		return ""
+	}
+	return f.source.logPath
+}
+
+// Err reports that helm-controller or source-controller has exited, with
+// its log tail; nil while both run. Waits on HelmReleases check it to
+// fail fast.
 func (f *Flux) Err() error {
 	if f.stopped {
 		return errors.New("helm-controller was stopped")
 	}
-	if f.comp == nil {
-		return errors.New("helm-controller was never started")
+	if f.comp == nil || f.source == nil {
+		return errors.New("Flux was never started")
 	}
-	return f.comp.exited()
+	return errors.Join(f.comp.exited(), f.source.exited())
 }
 
-// Stop ends helm-controller and the artifact server. HelmReleases and the
+// Stop ends both controllers and the test bed's artifact server. HelmReleases and the
 // releases they installed stay in the cluster. Safe to call more than once.
 func (f *Flux) Stop() error {
 	f.stopped = true
 	var errs []error
-	if f.comp != nil {
-		errs = append(errs, f.comp.stop(15*time.Second))
+	for _, c := range []*component{f.comp, f.source} {
+		if c != nil {
+			errs = append(errs, c.stop(15*time.Second))
+		}
 	}
 	if f.store != nil {
 		errs = append(errs, f.store.close())
