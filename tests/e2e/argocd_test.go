@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -14,19 +15,25 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
+	"sigs.k8s.io/yaml"
 
 	"github.com/openfuyao/npu-stack/tests/testbed"
 )
 
 // TestArgoCDStory: Argo CD v3.6 (application controller, repo server
-// rendering with helm v4, redis) syncs docs/examples/argocd-application.yaml's
-// Application, its chart from the test bed's registry and the fleet's
-// values merged over the example's. The bump and the rollback are changes
-// of valuesObject, as a Git commit and its revert would be; automated sync
-// applies each. Two hook modes share one Argo CD, each on its own fleet:
-// the example's hooks.mode job (the rollout a regular Job named by the
-// driver spec's hash) and the chart's default hook mode (preflight as a
-// PreSync hook, the rollout as a PostSync hook, post-rollback ignored).
+// rendering with helm v4, redis) syncs the chart from the test bed's
+// registry with automated sync, two Applications on one Argo CD, each on
+// its own fleet:
+//   - DefaultHookMode: docs/examples/argocd-application.yaml's
+//     Application, the fleet's values merged over the example's but for
+//     hooks.mode, left to the chart's default (preflight a PreSync hook,
+//     the rollout a PostSync hook, post-rollback ignored); the bump and
+//     the rollback are changes of valuesObject;
+//   - ValuesFromGit: docs/examples/argocd-application-git-values.yaml,
+//     the multi-source Application taking its values file from a Git
+//     repository served by git http-backend (the example's valuesObject
+//     and the fleet's in it, hooks.mode job); the bump is a commit, the
+//     rollback `git revert`.
 func TestArgoCDStory(t *testing.T) {
 	ctx := ctxTimeout(t, 3*time.Minute)
 	argo, err := env.StartArgoCD(ctx)
@@ -49,13 +56,24 @@ func TestArgoCDStory(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		mode string // hooks.mode; "" keeps the chart's default (hook)
+		git  bool   // the values from Git: the multi-source example
 	}{
-		{"ExampleJobMode", "job"},
-		{"DefaultHookMode", ""},
+		{"DefaultHookMode", "", false},
+		{"ValuesFromGit", "job", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := newStack(t, "", "", 2, 1)
 			d := &argoDeployer{s: s, argo: argo, apps: apps, dyn: dyn, mode: tc.mode}
+			if tc.git {
+				gs, err := testbed.StartGitServer(t.TempDir())
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { _ = gs.Stop() })
+				if d.git, err = gs.NewRepo("fleet"); err != nil {
+					t.Fatal(err)
+				}
+			}
 			t.Cleanup(func() {
 				// The Applications go first, so that nothing syncs into
 				// a namespace being torn down.
@@ -70,7 +88,8 @@ func TestArgoCDStory(t *testing.T) {
 
 type argoDeployer struct {
 	s       *stack
-	mode    string // hooks.mode set over the example's; "" removes it
+	mode    string           // hooks.mode set over the example's; "" removes it
+	git     *testbed.GitRepo // the values' repository (multi-source)
 	argo    *testbed.ArgoCD
 	apps    dynamic.ResourceInterface
 	dyn     dynamic.Interface
@@ -121,11 +140,68 @@ func (d *argoDeployer) deploy(ctx context.Context, t *testing.T, vals map[string
 		} else {
 			hooks["mode"] = d.mode
 		}
+		if d.git != nil {
+			want := d.commit(t, d.first, "npu-stack: install driver "+valuesVersion(d.first))
+			d.create(ctx, t, d.gitApplication(t))
+			return d.waiter(ctx, t, d.s.release, want, d.syncs)
+		}
 		helm["valuesObject"] = d.first
 		d.create(ctx, t, app)
-		return d.waiter(ctx, t, d.s.release, d.first, d.syncs)
+		return d.waiter(ctx, t, d.s.release, valuesVersion(d.first), d.syncs)
 	}
-	return d.setValues(ctx, t, mergeValues(normalize(t, d.first), normalize(t, vals)))
+	next := mergeValues(normalize(t, d.first), normalize(t, vals))
+	if d.git != nil {
+		want := d.commit(t, next, "npu-stack: driver "+valuesVersion(next))
+		d.refresh(ctx, t)
+		return d.waiter(ctx, t, d.s.release, want, d.syncs)
+	}
+	return d.setValues(ctx, t, next)
+}
+
+// gitApplication is the multi-source example's Application: the chart
+// from the test bed's registry, the values from d.git, into the stack's
+// namespace.
+func (d *argoDeployer) gitApplication(t *testing.T) *unstructured.Unstructured {
+	t.Helper()
+	app := exampleObject(t, "argocd-application-git-values.yaml", "Application")
+	app.SetName(d.s.release)
+	app.SetNamespace(d.argo.Namespace())
+	spec := app.Object["spec"].(map[string]any)
+	srcs := spec["sources"].([]any)
+	chart, values := srcs[0].(map[string]any), srcs[1].(map[string]any)
+	chart["repoURL"], chart["targetRevision"] = d.argo.ChartRepoURL(), env.Product.ChartVersion
+	chart["helm"].(map[string]any)["releaseName"] = d.s.release
+	values["repoURL"] = d.git.URL
+	spec["destination"].(map[string]any)["namespace"] = d.s.ns
+	if err := unstructured.SetNestedField(app.Object, false, "spec", "syncPolicy", "automated", "selfHeal"); err != nil {
+		t.Fatal(err)
+	}
+	return app
+}
+
+// commit writes vals as the fleet repository's npu-stack/values.yaml and
+// returns the commit's hash.
+func (d *argoDeployer) commit(t *testing.T, vals map[string]any, msg string) string {
+	t.Helper()
+	b, err := yaml.Marshal(vals)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hash, err := d.git.Commit(map[string][]byte{"npu-stack/values.yaml": b}, msg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return hash
+}
+
+// refresh asks Argo CD to look at the sources again, as a Git forge's
+// webhook does on a push.
+func (d *argoDeployer) refresh(ctx context.Context, t *testing.T) {
+	t.Helper()
+	patch := `{"metadata":{"annotations":{"argocd.argoproj.io/refresh":"hard"}}}`
+	if _, err := d.apps.Patch(ctx, d.s.release, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // rollback goes back to the install's values, as reverting the commit
@@ -133,6 +209,14 @@ func (d *argoDeployer) deploy(ctx context.Context, t *testing.T, vals map[string
 func (d *argoDeployer) rollback(ctx context.Context, t *testing.T) func() {
 	t.Helper()
 	d.syncs++
+	if d.git != nil {
+		want, err := d.git.Revert()
+		if err != nil {
+			t.Fatal(err)
+		}
+		d.refresh(ctx, t)
+		return d.waiter(ctx, t, d.s.release, want, d.syncs)
+	}
 	return d.setValues(ctx, t, d.first)
 }
 
@@ -145,7 +229,7 @@ func (d *argoDeployer) setValues(ctx context.Context, t *testing.T, vals map[str
 	if _, err := d.apps.Patch(ctx, d.s.release, types.JSONPatchType, patch, metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	return d.waiter(ctx, t, d.s.release, vals, d.syncs)
+	return d.waiter(ctx, t, d.s.release, valuesVersion(vals), d.syncs)
 }
 
 func (d *argoDeployer) deployAux(ctx context.Context, t *testing.T, c *auxChart, vals map[string]any) {
@@ -154,20 +238,16 @@ func (d *argoDeployer) deployAux(ctx context.Context, t *testing.T, c *auxChart,
 	app := d.exampleApplication(t, d.s.release+"-"+c.Name, c.Name, c.Version)
 	app.Object["spec"].(map[string]any)["source"].(map[string]any)["helm"].(map[string]any)["valuesObject"] = normalize(t, vals)
 	d.create(ctx, t, app)
-	d.waiter(ctx, t, app.GetName(), nil, 1)()
+	d.waiter(ctx, t, app.GetName(), "", 1)()
 }
 
-// waiter waits for Argo CD's own verdict on Application name: synced to
-// the chart version, Healthy (the job-mode rollout Job has completed),
-// the last operation Succeeded, and the latest of syncs full syncs in
-// status.history applied vals.
-func (d *argoDeployer) waiter(ctx context.Context, t *testing.T, name string, vals map[string]any, syncs int) func() {
+// waiter waits for Argo CD's own verdict on Application name: synced,
+// Healthy (the rollout has completed), the last operation Succeeded, and
+// the latest of syncs full syncs in status.history applied want (see
+// argoSettled).
+func (d *argoDeployer) waiter(ctx context.Context, t *testing.T, name, want string, syncs int) func() {
 	return func() {
 		t.Helper()
-		want := ""
-		if vals != nil {
-			want = valuesVersion(vals)
-		}
 		if _, err := d.argo.WaitApplication(ctx, name, func(a *unstructured.Unstructured) (bool, error) {
 			return argoSettled(a, want, syncs)
 		}); err != nil {
@@ -177,8 +257,9 @@ func (d *argoDeployer) waiter(ctx context.Context, t *testing.T, name string, va
 }
 
 // argoSettled: Synced, Healthy, the last operation Succeeded, status.history
-// holding exactly syncs entries, the last one with driver version want
-// (when set).
+// holding exactly syncs entries, the last one applying want (when set):
+// the driver version of a single source's valuesObject, or one of a
+// multi-source sync's revisions (the values' commit).
 func argoSettled(a *unstructured.Unstructured, want string, syncs int) (bool, error) {
 	s := func(f ...string) string { v, _, _ := unstructured.NestedString(a.Object, f...); return v }
 	if s("status", "sync", "status") != "Synced" || s("status", "health", "status") != "Healthy" || s("status", "operationState", "phase") != "Succeeded" {
@@ -195,6 +276,12 @@ func argoSettled(a *unstructured.Unstructured, want string, syncs int) (bool, er
 		return true, nil
 	}
 	last, _ := hist[len(hist)-1].(map[string]any)
+	if revs, ok := last["revisions"].([]any); ok {
+		if slices.Contains(revs, any(want)) {
+			return true, nil
+		}
+		return false, fmt.Errorf("the last sync applied revisions %v, want %s among them", revs, want)
+	}
 	vals, _, _ := unstructured.NestedMap(last, "source", "helm", "valuesObject")
 	if got := valuesVersion(vals); got != want {
 		return false, fmt.Errorf("the last sync applied driver.version %q, want %q", got, want)
@@ -304,10 +391,19 @@ func (d *argoDeployer) watchDrift(ctx context.Context, t *testing.T) *driftWatch
 		synced, _, _ := unstructured.NestedMap(a.Object, "status", "operationState", "syncResult", "source")
 		if started, _ := op["startedAt"].(string); started != "" {
 			vals, _, _ := unstructured.NestedMap(synced, "helm", "valuesObject")
-			w.record("sync started "+started, fmt.Sprintf("%s, driver.version %s", phase, valuesVersion(vals)), false)
+			revs, _, _ := unstructured.NestedStringSlice(a.Object, "status", "operationState", "syncResult", "revisions")
+			w.record("sync started "+started, fmt.Sprintf("%s, driver.version %q, revisions %v", phase, valuesVersion(vals), revs), false)
 		}
-		compared, _, _ := unstructured.NestedMap(a.Object, "status", "sync", "comparedTo", "source")
-		settled := phase == "Succeeded" && reflect.DeepEqual(compared, synced)
+		// Settled: the desired state compared against is the one the last
+		// operation synced (single source or sources, and the revisions).
+		get := func(f ...string) any { v, _, _ := unstructured.NestedFieldNoCopy(a.Object, f...); return v }
+		settled := phase == "Succeeded"
+		for _, f := range []string{"source", "sources"} {
+			settled = settled && reflect.DeepEqual(get("status", "sync", "comparedTo", f), get("status", "operationState", "syncResult", f))
+		}
+		for _, f := range []string{"revision", "revisions"} {
+			settled = settled && reflect.DeepEqual(get("status", "sync", f), get("status", "operationState", "syncResult", f))
+		}
 		res, _, _ := unstructured.NestedSlice(a.Object, "status", "resources")
 		for _, r := range res {
 			m, _ := r.(map[string]any)
@@ -315,11 +411,15 @@ func (d *argoDeployer) watchDrift(ctx context.Context, t *testing.T) *driftWatch
 				continue
 			}
 			st, _ := m["status"].(string)
-			state := st + " (changing)"
-			if settled {
-				state = st + " (settled)"
+			key := fmt.Sprintf("resource %v/%v", m["kind"], m["name"])
+			switch {
+			case st == "OutOfSync" && settled:
+				w.record(key, st+" (settled)", true)
+			case st == "OutOfSync":
+				w.record(key, st+" (desired state changing)", false)
+			case w.seenKey(key):
+				w.record(key, st, false)
 			}
-			w.record(fmt.Sprintf("resource %v/%v", m["kind"], m["name"]), state, settled && st == "OutOfSync")
 		}
 	})
 	return w

@@ -55,6 +55,14 @@ func (w *driftWatch) record(key, state string, drift bool) {
 	}
 }
 
+// seenKey reports whether key has a recorded state.
+func (w *driftWatch) seenKey(key string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	_, ok := w.last[key]
+	return ok
+}
+
 // driftsMatching lists the drift verdicts containing s.
 func (w *driftWatch) driftsMatching(s string) []string {
 	w.mu.Lock()

@@ -67,6 +67,9 @@ func TestFluxStory(t *testing.T) {
 		_ = flux.Stop()
 	})
 	runStory(t, s, d)
+	if !t.Failed() {
+		runFluxFailures(ctxTimeout(t, 15*time.Minute), t, s, d)
+	}
 }
 
 type fluxDeployer struct {
