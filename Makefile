@@ -69,7 +69,7 @@ demo: controlplane ## the main job: install, manual upgrade, chip self-healing a
 controlplane: ## build etcd, kube-apiserver, controller-manager, scheduler, kubectl, kwok once into .cache/
 	bash ci/build-controlplane.sh
 
-engines: ## build the deployers the tests drive (helm v3/v4, helmfile, Flux helm-controller, Argo CD) once into .cache/engines
+engines: ## build the deployers the tests drive (helm v3/v4, helmfile, Flux source-controller and helm-controller, Argo CD) once into .cache/engines
 	bash ci/build-engines.sh
 
 nodes: ## build what real test-bed nodes run (kubelet, containerd, runc, CNI plugins, crictl, pause) once into .cache/nodes

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the deployment engines the deployer tests drive — the helm v3 and
-# v4 CLIs, helmfile, Flux's helm-controller, Argo CD — from the Go module
-# proxy into a gitignored cache, like the control plane. Each engine is a
+# v4 CLIs, helmfile, Flux's source-controller and helm-controller, Argo CD —
+# from the Go module proxy into a gitignored cache, like the control plane. Each engine is a
 # Go module of its own under ci/engines/<name> (its dependencies never
 # touch npu-stack's) with a build.sh that installs into $out. A stamp per
 # engine (Go version + that directory's files) makes a second run a no-op

@@ -82,6 +82,9 @@ func TestArgoCDStory(t *testing.T) {
 				}
 			})
 			runStory(t, s, d)
+			if !tc.git && !t.Failed() {
+				runArgoFailures(ctxTimeout(t, 15*time.Minute), t, s, d)
+			}
 		})
 	}
 }
@@ -395,15 +398,24 @@ func (d *argoDeployer) watchDrift(ctx context.Context, t *testing.T) *driftWatch
 			w.record("sync started "+started, fmt.Sprintf("%s, driver.version %q, revisions %v", phase, valuesVersion(vals), revs), false)
 		}
 		// Settled: the desired state compared against is the one the last
-		// operation synced (single source or sources, and the revisions).
+		// operation synced: the source and its revision, or for a
+		// multi-source Application the sources and their revisions (its
+		// syncResult also carries an empty single source).
 		get := func(f ...string) any { v, _, _ := unstructured.NestedFieldNoCopy(a.Object, f...); return v }
-		settled := phase == "Succeeded"
-		for _, f := range []string{"source", "sources"} {
-			settled = settled && reflect.DeepEqual(get("status", "sync", "comparedTo", f), get("status", "operationState", "syncResult", f))
+		src, rev := "source", "revision"
+		if get("status", "sync", "comparedTo", "sources") != nil {
+			src, rev = "sources", "revisions"
 		}
-		for _, f := range []string{"revision", "revisions"} {
-			settled = settled && reflect.DeepEqual(get("status", "sync", f), get("status", "operationState", "syncResult", f))
+		why := ""
+		switch {
+		case phase != "Succeeded":
+			why = "operation " + phase
+		case !reflect.DeepEqual(get("status", "sync", "comparedTo", src), get("status", "operationState", "syncResult", src)):
+			why = "new " + src
+		case !reflect.DeepEqual(get("status", "sync", rev), get("status", "operationState", "syncResult", rev)):
+			why = fmt.Sprintf("%s %v, last synced %v", rev, get("status", "sync", rev), get("status", "operationState", "syncResult", rev))
 		}
+		settled := why == ""
 		res, _, _ := unstructured.NestedSlice(a.Object, "status", "resources")
 		for _, r := range res {
 			m, _ := r.(map[string]any)
@@ -416,7 +428,7 @@ func (d *argoDeployer) watchDrift(ctx context.Context, t *testing.T) *driftWatch
 			case st == "OutOfSync" && settled:
 				w.record(key, st+" (settled)", true)
 			case st == "OutOfSync":
-				w.record(key, st+" (desired state changing)", false)
+				w.record(key, st+" (desired state changing: "+why+")", false)
 			case w.seenKey(key):
 				w.record(key, st, false)
 			}

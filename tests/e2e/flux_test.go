@@ -120,14 +120,19 @@ func fluxKustomization(t *testing.T) string {
 
 // writeKustomization lays out the user's directory: the example verbatim,
 // the documented kustomization, and the fleet's values as the values
-// patch; observe adds the test's own patch, observeDrift.
+// patch (merged over the example's); observe adds the test's own patch,
+// observeDrift.
 func (d *fluxDeployer) writeKustomization(t *testing.T, vals map[string]any, observe bool) {
 	t.Helper()
 	example, err := os.ReadFile(filepath.Join("..", "..", "docs", "examples", "flux-helmrelease.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	patch, err := yaml.Marshal([]map[string]any{{"op": "replace", "path": "/spec/values", "value": vals}})
+	patch, err := yaml.Marshal(map[string]any{
+		"apiVersion": testbed.HelmReleaseGVR.GroupVersion().String(), "kind": "HelmRelease",
+		"metadata": map[string]any{"name": "npu-stack", "namespace": fluxNS},
+		"spec":     map[string]any{"values": vals},
+	})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -27,12 +27,16 @@ func TestHelm3CLIStory(t *testing.T) {
 
 // TestHelm4CLIStory: the helm v4.3 CLI with --wait=watcher (kstatus) on
 // every action: the driver DaemonSets become current before the
-// post-upgrade hook that reboots, so the wait never deadlocks it.
+// post-upgrade hook that reboots, so the wait never deadlocks it. Then
+// the failure stories on the same fleet (runCLIFailures).
 func TestHelm4CLIStory(t *testing.T) {
 	s := newStack(t, "", "", 2, 1)
 	h := newHelmCLI(t, s, "helm4/helm")
 	h.extra = []string{"--wait=watcher"}
 	runStory(t, s, h)
+	if !t.Failed() {
+		runCLIFailures(ctxTimeout(t, 15*time.Minute), t, s, h)
+	}
 }
 
 // helmCLI runs a real helm binary as a user would.

@@ -43,6 +43,10 @@ type ArgoCD struct {
 	// the repo server's gRPC endpoint (plaintext).
 	RedisAddr      string
 	RepoServerAddr string
+	// ctrl is the application controller; startCtrl (re)starts it and
+	// waits for its health endpoint.
+	ctrl      *component
+	startCtrl func(ctx context.Context) error
 }
 
 // StartArgoCD starts redis-server, the repo server (helm v4 on its PATH)
@@ -139,28 +143,45 @@ func (c *ControlPlane) StartArgoCD(ctx context.Context) (_ *ArgoCD, err error) {
 	}
 
 	resync := strconv.Itoa(int(ArgoCDReconciliation / time.Second))
-	ctrl, err := a.start("argocd-application-controller", bins.controller, append(common,
-		"ARGOCD_FAKE_IN_CLUSTER=true",
-		"ARGOCD_CONTROLLER_REPLICAS=1",
-	),
-		"--kubeconfig="+c.Kubeconfig, "--namespace="+ArgoCDNamespace,
-		"--repo-server="+a.RepoServerAddr, "--repo-server-plaintext",
-		"--redis="+a.RedisAddr,
-		"--metrics-port="+strconv.Itoa(ctrlMetrics),
-		"--app-resync="+resync, "--app-resync-jitter=0",
-		// 2 cores: fewer workers than the stock 20 and 10.
-		"--status-processors=4", "--operation-processors=2",
-		"--logformat=text", "--loglevel=info",
-	)
-	if err != nil {
-		return nil, err
+	a.startCtrl = func(ctx context.Context) error {
+		ctrl, err := a.start("argocd-application-controller", bins.controller, append(common,
+			"ARGOCD_FAKE_IN_CLUSTER=true",
+			"ARGOCD_CONTROLLER_REPLICAS=1",
+		),
+			"--kubeconfig="+c.Kubeconfig, "--namespace="+ArgoCDNamespace,
+			"--repo-server="+a.RepoServerAddr, "--repo-server-plaintext",
+			"--redis="+a.RedisAddr,
+			"--metrics-port="+strconv.Itoa(ctrlMetrics),
+			"--app-resync="+resync, "--app-resync-jitter=0",
+			// 2 cores: fewer workers than the stock 20 and 10.
+			"--status-processors=4", "--operation-processors=2",
+			"--logformat=text", "--loglevel=info",
+		)
+		if err != nil {
+			return err
+		}
+		a.ctrl = ctrl
+		ctrlHealth := fmt.Sprintf("http://127.0.0.1:%d/healthz", ctrlMetrics)
+		return a.waitUp(ctx, ctrl, "argocd-application-controller "+ctrlHealth, func() error { return argoHTTPOK(ctx, ctrlHealth) })
 	}
-	ctrlHealth := fmt.Sprintf("http://127.0.0.1:%d/healthz", ctrlMetrics)
-	if err := a.waitUp(ctx, ctrl, "argocd-application-controller "+ctrlHealth, func() error { return argoHTTPOK(ctx, ctrlHealth) }); err != nil {
+	if err := a.startCtrl(ctx); err != nil {
 		return nil, err
 	}
 	return a, nil
 }
+
+// KillController ends the application controller with SIGKILL, as an OOM
+// kill or a lost node does; StartController brings it back.
+func (a *ArgoCD) KillController() error {
+	if a.ctrl == nil {
+		return errors.New("the application controller was never started")
+	}
+	return a.ctrl.kill()
+}
+
+// StartController starts the application controller again, with the same
+// flags, and waits for its health endpoint.
+func (a *ArgoCD) StartController(ctx context.Context) error { return a.startCtrl(ctx) }
 
 type argoCDBins struct {
 	redis, repoServer, controller, helm string

@@ -1,10 +1,9 @@
 #!/usr/bin/env bash
 # Flux's helm-controller, from a wrapper module carrying its replace lines,
-# plus the CRDs a Flux install applies for it. source-controller itself
-# does not build from the proxy (github.com/fluxcd/pkg/artifact is served
-# at no version), so the test bed plays the source controller through
-# ExternalArtifact; helm-controller still watches HelmChart and
-# OCIRepository, so every source CRD is installed or its caches never sync.
+# plus the CRDs a Flux install applies for it: helm-controller's and every
+# source kind's (it watches HelmChart, OCIRepository and ExternalArtifact,
+# whose caches never sync without their CRDs). source-controller is
+# ci/engines/source-controller, a module of its own.
 set -euo pipefail
 out=$1
 mkdir -p "$out/bin" "$out/flux/crds"

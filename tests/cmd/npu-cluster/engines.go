@@ -12,8 +12,8 @@ import (
 	"github.com/openfuyao/npu-stack/tests/testbed"
 )
 
-// fluxNamespace holds the ExternalArtifact serving this checkout's chart,
-// where docs/examples/flux-helmrelease.yaml puts its HelmRelease.
+// fluxNamespace is where docs/examples/flux-helmrelease.yaml puts its
+// OCIRepository and HelmRelease.
 const fluxNamespace = "flux-system"
 
 // startEngines starts the GitOps engines asked for (built by
@@ -36,10 +36,7 @@ func startEngines(ctx context.Context, env *testbed.Env, flux, argocd bool) (sto
 		if _, err := env.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: fluxNamespace}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 			return stop, fmt.Errorf("create namespace %s: %w", fluxNamespace, err)
 		}
-		if err := f.PublishChart(ctx, fluxNamespace, testbed.ChartName, env.Product.ChartArchive, ""); err != nil {
-			return stop, err
-		}
-		fmt.Printf("flux: helm-controller running (log %s); ExternalArtifact %s/%s serves this checkout's chart\n", f.LogPath(), fluxNamespace, testbed.ChartName)
+		fmt.Printf("flux: source-controller and helm-controller running (logs %s, %s); the chart is %s/%s:%s\n", f.SourceLogPath(), f.LogPath(), env.Product.ChartRepo, testbed.ChartName, env.Product.ChartVersion)
 	}
 	if argocd {
 		a, err := env.StartArgoCD(ctx)

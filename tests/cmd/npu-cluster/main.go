@@ -113,7 +113,7 @@ func newUp(stateDir *string) *cobra.Command {
 	cmd.Flags().StringVar(&chip, "chip", "910b", "NPU chip of the nodes")
 	cmd.Flags().IntVar(&registryPort, "registry-port", 5000, "loopback port of the cluster's OCI registry (0: any free port)")
 	cmd.Flags().StringSliceVar(&driverVersions, "driver-versions", []string{"25.3.0", "25.5.0"}, "driver versions whose images (default profile) are copied into the registry at start")
-	cmd.Flags().BoolVar(&flux, "flux", false, "also run Flux's helm-controller, the chart served as ExternalArtifact flux-system/npu-stack (make engines first)")
+	cmd.Flags().BoolVar(&flux, "flux", false, "also run Flux's source-controller and helm-controller (make engines first)")
 	cmd.Flags().BoolVar(&argocd, "argocd", false, "also run Argo CD's application controller, repo server and redis in namespace argocd (make engines first)")
 	return cmd
 }
