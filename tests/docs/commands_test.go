@@ -93,6 +93,7 @@ var notRunHere = []struct{ prefix, why string }{
 	{"kubectl -n argocd ", "needs Argo CD (make cluster CLUSTER_ARGS=--argocd); TestArgoCDStory drives the real one"},
 	{"kubectl apply -f docs/examples/flux-", "needs Flux; tests/e2e TestFluxStory applies the file's HelmRelease to the real helm-controller"},
 	{"kubectl -n flux-system ", "needs Flux (make cluster CLUSTER_ARGS=--flux); TestFluxStory drives the real helm-controller"},
+	{"kubectl apply -k ", "needs Flux: tests/e2e TestFluxStory applies the documented kustomization to the real source-controller and helm-controller"},
 	{"kubectl create namespace npu-operator", "this test's install already created it"},
 }
 

@@ -15,27 +15,26 @@ import (
 	"github.com/openfuyao/npu-stack/tests/testbed"
 )
 
-// argoSyncNow is docs/deployers.md's retry of a failed automated sync
-// without the argocd CLI: an operation written on the Application, as
-// `argocd app sync` does. It needs the Application's name appended.
-const argoSyncNow = `kubectl -n argocd patch application --type merge -p '{"operation":{"initiatedBy":{"username":"admin"},"sync":{"syncStrategy":{"hook":{}}}}}' `
-
 // runArgoFailures: what an Argo CD user sees when a sync of the chart in
-// its default hook mode fails, and the documented retry bringing the fleet
-// home, on the story's fleet (every node on v1 after two reboots):
+// its default hook mode fails, and how the fleet comes home, on the
+// story's fleet (every node on v1 after two reboots). Argo CD v3.6 retries
+// a failed automated sync 5 times by default (5 s backoff, doubling;
+// controller/appcontroller.go), each retry a fresh run of the hooks:
 //   - preflight refuses (the new driver's image is not mirrored): the
-//     operation Failed with the PreSync preflight Job Failed, and automated
-//     sync does not try the same desired state again; mirror the image and
-//     start a sync;
+//     operation Running "... Retrying attempt #1 ..." with the PreSync
+//     preflight Job Failed, no node touched; mirror the image and the
+//     next retry goes through;
 //   - the application controller killed (SIGKILL) while the PostSync
 //     rollout hook waits for approvals: the operation stays Running in the
-//     Application's status, the rollout Job goes on; approve, restart the
+//     Application, the rollout Job goes on; approve, restart the
 //     controller, and the same operation completes;
-//   - the rollout past its deadline (nobody approves): the operation Failed
-//     with the PostSync rollout Job Failed; approve and restore the
-//     deadline in the values, a new desired state automated sync applies.
+//   - the rollout past its deadline (nobody approves): "Retrying attempt
+//     #1" with the PostSync rollout Job Failed; approve, and a retry of
+//     the resumable rollout finishes.
 //
 // Each ends with every node on the new driver, rebooted exactly once more.
+// Once the retries are spent the operation is Failed and automated sync
+// leaves that desired state alone (docs/deployers.md: start a sync).
 func runArgoFailures(ctx context.Context, t *testing.T, s *stack, d *argoDeployer) {
 	reboots := 2
 	s.preCordoned = ""
@@ -56,11 +55,9 @@ func runArgoFailures(ctx context.Context, t *testing.T, s *stack, d *argoDeploye
 
 	step("PreflightRefuses", func() {
 		d.patchValues(ctx, t, values(vRefused, deadline))
-		a := d.waitOperation(ctx, t, "Failed")
-		d.checkHookFailed(t, a, "PreSync", "-preflight")
+		d.waitRetrying(ctx, t, "PreSync", "-preflight")
 		s.check(ctx, v1, reboots)
 		s.mirror(ctx, vRefused)
-		kubectl(ctx, t, argoSyncNow+d.s.release)
 		stop := s.approveEach(ctx)
 		d.syncs++
 		d.waiter(ctx, t, d.s.release, vRefused, d.syncs)()
@@ -103,10 +100,8 @@ func runArgoFailures(ctx context.Context, t *testing.T, s *stack, d *argoDeploye
 	step("RolloutPastDeadline", func() {
 		s.mirror(ctx, vDeadline)
 		d.patchValues(ctx, t, values(vDeadline, 60)) // the schema's minimum; nobody approves
-		a := d.waitOperation(ctx, t, "Failed")
-		d.checkHookFailed(t, a, "PostSync", "-rollout")
+		d.waitRetrying(ctx, t, "PostSync", "-rollout")
 		kubectl(ctx, t, seedApproveAll)
-		d.patchValues(ctx, t, values(vDeadline, deadline))
 		d.syncs++
 		d.waiter(ctx, t, d.s.release, vDeadline, d.syncs)()
 		reboots++
@@ -126,40 +121,54 @@ func (d *argoDeployer) patchValues(ctx context.Context, t *testing.T, vals map[s
 	}
 }
 
-// waitOperation waits for the Application's current operation, started
-// after the last change of its spec, to end in phase.
-func (d *argoDeployer) waitOperation(ctx context.Context, t *testing.T, phase string) *unstructured.Unstructured {
+// waitRetrying waits until Argo CD reports the operation for the
+// Application's current values failed and scheduled for a retry, the Job
+// hook of hookType whose name ends in suffix Failed, and returns it.
+func (d *argoDeployer) waitRetrying(ctx context.Context, t *testing.T, hookType, suffix string) *unstructured.Unstructured {
 	t.Helper()
 	a, err := d.argo.WaitApplication(ctx, d.s.release, func(a *unstructured.Unstructured) (bool, error) {
 		op, _, _ := unstructured.NestedMap(a.Object, "status", "operationState")
 		vals, _, _ := unstructured.NestedMap(a.Object, "status", "operationState", "syncResult", "source", "helm", "valuesObject")
 		want, _, _ := unstructured.NestedMap(a.Object, "spec", "source", "helm", "valuesObject")
-		if op["phase"] != phase || valuesVersion(vals) != valuesVersion(want) {
-			return false, fmt.Errorf("operation %v %v (driver %s), want %s of driver %s", op["phase"], op["message"], valuesVersion(vals), phase, valuesVersion(want))
+		msg, _ := op["message"].(string)
+		if valuesVersion(vals) != valuesVersion(want) || !strings.Contains(msg, "Retrying attempt #") || hookPhase(a, hookType, suffix) != "Failed" {
+			return false, fmt.Errorf("operation %v %q (driver %s), %s hook *%s %q; want a retry of driver %s after the hook Failed",
+				op["phase"], msg, valuesVersion(vals), hookType, suffix, hookPhase(a, hookType, suffix), valuesVersion(want))
 		}
 		return true, nil
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("Application: %s", testbed.ApplicationState(a))
+	op, _, _ := unstructured.NestedMap(a.Object, "status", "operationState")
+	t.Logf("Argo CD: operation %v: %v; %s", op["phase"], op["message"], hookMessage(a, hookType, suffix))
 	return a
 }
 
-// checkHookFailed: the operation's result lists the Job hook of hookType
-// whose name ends in suffix as Failed, with Argo CD's message.
-func (d *argoDeployer) checkHookFailed(t *testing.T, a *unstructured.Unstructured, hookType, suffix string) {
-	t.Helper()
+// hookPhase is the phase of the operation's Job hook of hookType whose
+// name ends in suffix ("" if none).
+func hookPhase(a *unstructured.Unstructured, hookType, suffix string) string {
+	if m := hookResult(a, hookType, suffix); m != nil {
+		p, _ := m["hookPhase"].(string)
+		return p
+	}
+	return ""
+}
+
+func hookMessage(a *unstructured.Unstructured, hookType, suffix string) string {
+	if m := hookResult(a, hookType, suffix); m != nil {
+		return fmt.Sprintf("%s hook Job %v: %v: %v", hookType, m["name"], m["hookPhase"], m["message"])
+	}
+	return "no " + hookType + " hook *" + suffix
+}
+
+func hookResult(a *unstructured.Unstructured, hookType, suffix string) map[string]any {
 	res, _, _ := unstructured.NestedSlice(a.Object, "status", "operationState", "syncResult", "resources")
 	for _, r := range res {
 		m, _ := r.(map[string]any)
 		if name, _ := m["name"].(string); m["hookType"] == hookType && m["kind"] == "Job" && strings.HasSuffix(name, suffix) {
-			t.Logf("%s hook Job %s: %v: %v", hookType, name, m["hookPhase"], m["message"])
-			if m["hookPhase"] != "Failed" {
-				t.Errorf("%s hook Job %s ended %v, want Failed", hookType, name, m["hookPhase"])
-			}
-			return
+			return m
 		}
 	}
-	t.Errorf("the failed operation lists no %s hook Job *%s: %v", hookType, suffix, res)
+	return nil
 }

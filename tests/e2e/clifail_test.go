@@ -8,7 +8,7 @@ import (
 	"time"
 )
 
-// runCLIFailures: what a helm CLI user sees when an upgrade fails, and the
+// runCLIFailures: what a helm CLI or helmfile user sees when an upgrade fails, and the
 // documented retry bringing the fleet home, on the story's fleet (every
 // node on v1 after two reboots):
 //   - preflight refuses (the new driver's image is not mirrored): `helm
@@ -20,18 +20,14 @@ import (
 //     the deadline restored.
 //
 // Each ends with every node on the new driver, rebooted exactly once more.
-func runCLIFailures(ctx context.Context, t *testing.T, s *stack, h *helmCLI) {
+//
+// upgrade runs the engine's upgrade with the story's values and sets
+// (key=value) over them: `helm upgrade --reuse-values --set`, `helmfile
+// sync --set`.
+func runCLIFailures(ctx context.Context, t *testing.T, s *stack, h *helmCLI, upgrade func(sets ...string) (string, error)) {
 	reboots := 2
 	s.preCordoned = ""
 	kubectl(ctx, t, "kubectl uncordon "+s.nodes[0].Name())
-	upgrade := func(sets ...string) (string, error) {
-		args := append([]string{"upgrade", s.release}, h.chart...)
-		args = append(args, "-n", s.ns, "--reuse-values", "--timeout", "15m")
-		for _, set := range sets {
-			args = append(args, "--set", set)
-		}
-		return h.run(ctx, append(args, h.extra...)...)
-	}
 	step := func(name string, f func()) {
 		start := time.Now()
 		f()
@@ -64,7 +60,7 @@ func runCLIFailures(ctx context.Context, t *testing.T, s *stack, h *helmCLI) {
 		}
 		h.checkStatus(ctx, t, "failed", "post-upgrade hooks failed")
 		kubectl(ctx, t, seedApproveAll)
-		if out, err := upgrade("hooks.activeDeadlineSeconds=7200"); err != nil {
+		if out, err := upgrade("driver.version="+vDeadline, "hooks.activeDeadlineSeconds=7200"); err != nil {
 			t.Fatalf("the retry: %v\n%s", err, out)
 		}
 		reboots++
@@ -93,5 +89,17 @@ func (h *helmCLI) checkStatus(ctx context.Context, t *testing.T, status, descrip
 	t.Logf("helm status: %s: %s", st.Info.Status, st.Info.Description)
 	if st.Info.Status != status || !strings.Contains(st.Info.Description, description) {
 		t.Errorf("helm status: %s %q, want %s %q", st.Info.Status, st.Info.Description, status, description)
+	}
+}
+
+// helmUpgrade is the helm CLI user's upgrade: only what changes is set.
+func (h *helmCLI) helmUpgrade(ctx context.Context) func(sets ...string) (string, error) {
+	return func(sets ...string) (string, error) {
+		args := append([]string{"upgrade", h.s.release}, h.chart...)
+		args = append(args, "-n", h.s.ns, "--reuse-values", "--timeout", "15m")
+		for _, set := range sets {
+			args = append(args, "--set", set)
+		}
+		return h.run(ctx, append(args, h.extra...)...)
 	}
 }

@@ -35,7 +35,8 @@ func TestHelm4CLIStory(t *testing.T) {
 	h.extra = []string{"--wait=watcher"}
 	runStory(t, s, h)
 	if !t.Failed() {
-		runCLIFailures(ctxTimeout(t, 15*time.Minute), t, s, h)
+		ctx := ctxTimeout(t, 15*time.Minute)
+		runCLIFailures(ctx, t, s, h, h.helmUpgrade(ctx))
 	}
 }
 

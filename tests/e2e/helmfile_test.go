@@ -25,12 +25,17 @@ func TestHelmfileStory(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := newStack(t, "npu-operator", "npu-stack", 2, 1)
-	hf, err := testbed.Engine("bin/helmfile")
+	helmfileBin, err := testbed.Engine("bin/helmfile")
 	if err != nil {
 		t.Fatal(err)
 	}
 	h := newHelmCLI(t, s, "helm4/helm")
-	runStory(t, s, &helmfile{helmCLI: h, bin: hf})
+	hf := &helmfile{helmCLI: h, bin: helmfileBin}
+	runStory(t, s, hf)
+	if !t.Failed() {
+		ctx := ctxTimeout(t, 15*time.Minute)
+		runCLIFailures(ctx, t, s, h, func(sets ...string) (string, error) { return hf.sync(ctx, writeValues(t, s.vals), sets...) })
+	}
 }
 
 type helmfile struct {
@@ -40,10 +45,28 @@ type helmfile struct {
 
 func (h *helmfile) deploy(ctx context.Context, t *testing.T, vals map[string]any) func() {
 	t.Helper()
+	file := writeValues(t, vals)
+	done := make(chan error, 1)
+	go func() {
+		_, err := h.sync(ctx, file)
+		done <- err
+	}()
+	return func() {
+		t.Helper()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// sync runs `helmfile sync` of the example with the values file and sets
+// over it.
+func (h *helmfile) sync(ctx context.Context, valuesFile string, sets ...string) (string, error) {
 	file := filepath.Join("..", "..", "docs", "examples", "helmfile.yaml.gotmpl")
 	mirror := []string{"NPU_STACK_CHART=" + env.Product.ChartRef(), "NPU_STACK_CHART_VERSION=" + env.Product.ChartVersion, "NPU_STACK_PLAIN_HTTP=true"}
-	run := func(ctx context.Context, args ...string) (string, error) {
-		return runEngine(ctx, h.bin, filepath.Dir(h.helmCLI.bin), mirror, args...)
+	args := []string{"-f", file, "sync", "--values", valuesFile, "--set", "imageRegistry=" + env.Product.Registry}
+	for _, s := range sets {
+		args = append(args, "--set", s)
 	}
-	return asyncRun(ctx, t, run, "-f", file, "sync", "--values", writeValues(t, vals), "--set", "imageRegistry="+env.Product.Registry)
+	return runEngine(ctx, h.bin, filepath.Dir(h.helmCLI.bin), mirror, args...)
 }
