@@ -18,7 +18,7 @@ export NPU_STACK_NODES_DIR := $(NODES_DIR)
 # a time fit 2 cores and 24 GiB.
 TEST_FLAGS ?= -count=1 -p 3 -timeout 45m
 
-.PHONY: all build check test unit fuzz bench lint controlplane engines nodes demo cluster cluster-down clean help images chart
+.PHONY: all build check test unit fuzz bench lint controlplane engines nodes demo cluster cluster-down clean help images chart release
 
 all: build
 
@@ -60,8 +60,33 @@ images: ## build linux/amd64+arm64 binaries and their OCI images; push to REGIST
 	done
 	$(GO) run ./tools/npu-release images --bin-dir $(RELEASE_DIR)/bin --revision $(REVISION) --source $(SOURCE_URL) --out $(IMAGES_OUT) $(RELEASE_FLAGS)
 
+# IMAGES_REPO: where the chart's default images point (host[:port]/path,
+# images at <path>/<binary>); empty keeps values.yaml's (ghcr.io/openfuyao/npu-stack).
+IMAGES_REPO ?=
 chart: ## package the chart reproducibly into .cache/chart/ (version = VERSION); push to oci://REGISTRY when set
-	$(GO) run ./tools/npu-release chart --chart charts/npu-stack --out $(CHART_OUT) $(RELEASE_FLAGS)
+	$(GO) run ./tools/npu-release chart --chart charts/npu-stack --out $(CHART_OUT) $(if $(IMAGES_REPO),--images-repo $(IMAGES_REPO)) $(RELEASE_FLAGS)
+
+# One version for everything: `make release VERSION=x.y.z` builds the
+# images (tag x.y.z), the chart (version and appVersion x.y.z, its default
+# image tags = appVersion, so the images of this run), the npu-hooks
+# tarballs per OS/arch and SHA256SUMS over the chart and tarballs, all in
+# DIST. REGISTRY=host[:port]/path pushes the images to <REGISTRY>/npu-stack/
+# and the chart to oci://<REGISTRY>/charts, the chart's default images
+# pointing at that registry (REGISTRY=ghcr.io/openfuyao is the layout the
+# chart's values.yaml names). A VERSION that is not SemVer (git describe of
+# an untagged commit) gives a chart pre-release 0.0.0-<version>: helm
+# installs it only with --devel or --version.
+DIST ?= $(RELEASE_DIR)/dist
+HOOKS_PLATFORMS := linux/amd64 linux/arm64 darwin/amd64 darwin/arm64
+release: ## VERSION=x.y.z [REGISTRY=host/path]: images, chart, npu-hooks tarballs and SHA256SUMS of one version (in .cache/release/dist)
+	@case "$(origin VERSION)" in "command line"|environment) ;; *) echo "make release: name the version: make release VERSION=x.y.z" >&2; exit 2;; esac
+	rm -rf $(DIST) && mkdir -p $(DIST)
+	$(MAKE) --no-print-directory images VERSION=$(VERSION) REGISTRY=$(if $(REGISTRY),$(REGISTRY)/npu-stack) IMAGES_OUT=$(RELEASE_DIR)/images
+	$(MAKE) --no-print-directory chart VERSION=$(VERSION) REGISTRY=$(if $(REGISTRY),$(REGISTRY)/charts) IMAGES_REPO=$(if $(REGISTRY),$(REGISTRY)/npu-stack) CHART_OUT=$(DIST)
+	for p in $(HOOKS_PLATFORMS); do \
+		CGO_ENABLED=0 GOOS=$${p%/*} GOARCH=$${p#*/} $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(RELEASE_DIR)/bin/$${p%/*}_$${p#*/}/ ./cmd/npu-hooks || exit 1; \
+	done
+	$(GO) run ./tools/npu-release archives --version $(VERSION) --bin-dir $(RELEASE_DIR)/bin --out $(DIST) $(addprefix --platforms ,$(HOOKS_PLATFORMS))
 
 demo: controlplane ## the main job: install, manual upgrade, chip self-healing and rollback on a local cluster (DEMO_NODES, default 6)
 	$(GO) run ./tests/cmd/npu-demo

@@ -27,12 +27,25 @@ var entryTime = time.Unix(0, 0).UTC()
 // ChartVersion(version) and its appVersion to version, and writes
 // destDir/<name>-<chart version>.tgz reproducibly. It returns that path.
 func Package(chartDir, version, destDir string) (string, error) {
+	return PackageFor(chartDir, version, "", destDir)
+}
+
+// PackageFor is Package for a release whose images live in imagesRepo
+// (host[:port][/path], the images being imagesRepo/<binary>:<version>):
+// the packaged chart's default images point there. Empty imagesRepo keeps
+// the chart's defaults.
+func PackageFor(chartDir, version, imagesRepo, destDir string) (string, error) {
 	if version == "" {
 		return "", errors.New("chart package: empty version")
 	}
 	ch, err := loader.LoadDir(chartDir)
 	if err != nil {
 		return "", fmt.Errorf("load chart %s: %w", chartDir, err)
+	}
+	if imagesRepo != "" {
+		if err := setImagesRepo(ch, imagesRepo); err != nil {
+			return "", fmt.Errorf("package chart %s: %w", chartDir, err)
+		}
 	}
 	ch.Metadata.Version = ChartVersion(version)
 	ch.Metadata.AppVersion = version

@@ -1,7 +1,9 @@
 // Command npu-release builds npu-stack's release artifacts without a Docker
 // daemon: the multi-arch OCI image of each binary and the OCI chart, both
 // reproducible, pushed to a registry or written under .cache (make images,
-// make chart). Every output line is "<name> <reference or path> <digest>".
+// make chart), and the npu-hooks tarballs with the release's SHA256SUMS
+// (make release). Every artefact line is "<name> <reference or path>
+// <digest>".
 package main
 
 import (
@@ -22,11 +24,12 @@ import (
 
 	"github.com/openfuyao/npu-stack/internal/chartpkg"
 	"github.com/openfuyao/npu-stack/internal/ociimage"
+	"github.com/openfuyao/npu-stack/internal/relarchive"
 )
 
 func main() {
 	var opt ociimage.Options
-	var binDir, registry, out, chartDir string
+	var binDir, registry, out, chartDir, imagesRepo string
 	var plainHTTP bool
 	var platforms []string
 	root := &cobra.Command{Use: "npu-release", Short: "build and push npu-stack's OCI images and chart", SilenceUsage: true}
@@ -75,7 +78,7 @@ func main() {
 		Use:   "chart",
 		Short: "package the chart reproducibly (version from --version); push it to oci://<registry> with --registry",
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			tgz, err := chartpkg.Package(chartDir, opt.Version, out)
+			tgz, err := chartpkg.PackageFor(chartDir, opt.Version, imagesRepo, out)
 			if err != nil {
 				return err
 			}
@@ -97,7 +100,45 @@ func main() {
 	}
 	chart.Flags().StringVar(&chartDir, "chart", "charts/npu-stack", "chart directory")
 	chart.Flags().StringVar(&out, "out", ".cache/chart", "directory of the packaged .tgz")
+	chart.Flags().StringVar(&imagesRepo, "images-repo", "", "host[:port][/path] holding the images as <path>/<binary>: the packaged chart's default images (empty: keep the chart's)")
 
+	var archPlatforms []string
+	archives := &cobra.Command{
+		Use:   "archives",
+		Short: "write npu-hooks_<version>_<os>_<arch>.tar.gz from <bin-dir>/<os>_<arch>/npu-hooks per platform, then SHA256SUMS over --out",
+		RunE: func(_ *cobra.Command, _ []string) error {
+			if err := os.MkdirAll(out, 0o755); err != nil {
+				return fmt.Errorf("archives: %w", err)
+			}
+			for _, p := range archPlatforms {
+				goos, goarch, ok := strings.Cut(p, "/")
+				if !ok {
+					return fmt.Errorf("platform %q: want os/arch", p)
+				}
+				dest := filepath.Join(out, relarchive.ArchiveName("npu-hooks", opt.Version, goos, goarch))
+				if err := relarchive.WriteArchive(dest, filepath.Join(binDir, goos+"_"+goarch, "npu-hooks")); err != nil {
+					return err
+				}
+				data, err := os.ReadFile(dest)
+				if err != nil {
+					return err
+				}
+				fmt.Printf("npu-hooks-%s-%s %s sha256:%x\n", goos, goarch, dest, sha256.Sum256(data))
+			}
+			if err := relarchive.WriteSums(out); err != nil {
+				return err
+			}
+			fmt.Printf("checksums %s\n", filepath.Join(out, relarchive.SumsFile))
+			return nil
+		},
+	}
+	archives.Flags().StringVar(&binDir, "bin-dir", ".cache/release/bin", "directory holding <os>_<arch>/npu-hooks")
+	archives.Flags().StringSliceVar(&archPlatforms, "platforms", []string{"linux/amd64", "linux/arm64", "darwin/amd64", "darwin/arm64"}, "platforms of the npu-hooks tarballs")
+	archives.Flags().StringVar(&out, "out", ".cache/release/dist", "release directory: tarballs and SHA256SUMS (over every file there)")
+
+	archives.Flags().StringVar(&opt.Version, "version", "", "release version, in the tarballs' names (required)")
+	_ = archives.MarkFlagRequired("version")
+	root.AddCommand(archives)
 	for _, c := range []*cobra.Command{images, chart} {
 		c.Flags().StringVar(&opt.Version, "version", "", "build version: image tag, chart appVersion, chart version after SemVer cleanup (required)")
 		c.Flags().StringVar(&registry, "registry", "", "host[:port]/path to push to; empty: write under --out only")
