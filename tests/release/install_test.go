@@ -15,6 +15,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"helm.sh/helm/v3/pkg/action"
 	"helm.sh/helm/v3/pkg/chart/loader"
+	"helm.sh/helm/v3/pkg/chartutil"
 	"helm.sh/helm/v3/pkg/registry"
 	"helm.sh/helm/v3/pkg/releaseutil"
 	corev1 "k8s.io/api/core/v1"
@@ -102,6 +103,7 @@ func TestReleaseInstallsItsOwnImages(t *testing.T) {
 	tmpl := action.NewInstall(&action.Configuration{})
 	tmpl.DryRun, tmpl.ClientOnly, tmpl.Replace = true, true, true
 	tmpl.ReleaseName, tmpl.Namespace = "npu-stack", "npu-operator"
+	tmpl.KubeVersion = &chartutil.KubeVersion{Version: "v1.37.1", Major: "1", Minor: "37"} // helm template's default is 1.20
 	rendered, err := tmpl.RunWithContext(ctx, ch, nil)
 	if err != nil {
 		t.Fatalf("helm template: %v", err)
