@@ -363,6 +363,17 @@ func TestVariants(t *testing.T) {
 		if r.find("ServiceAccount", "npu-stack-driver") != nil {
 			t.Error("driver service account rendered without a driver")
 		}
+		// docs/installation.md ("Pre-installed driver"): no health-watch,
+		// but the rollout still runs (it gives back nodes an earlier
+		// upgrade left in flight).
+		for _, ds := range r.ofKind("DaemonSet") {
+			if _, ok := containers(t, ds, "containers")["watch"]; ok {
+				t.Errorf("%s has a health-watch with driver.enabled=false", ds.GetName())
+			}
+		}
+		if r.find("Job", "npu-stack-rollout") == nil {
+			t.Errorf("no rollout Job with driver.enabled=false (docs say it runs); Jobs %v", r.names("Job"))
+		}
 	})
 	t.Run("two profiles give two driver DaemonSets", func(t *testing.T) {
 		r := mustRender(t, variants()[2])
