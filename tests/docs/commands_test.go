@@ -14,7 +14,6 @@ import (
 
 	"helm.sh/helm/v3/pkg/release"
 
-	"github.com/openfuyao/npu-stack/tests/testbed"
 )
 
 // docCommand is one command line of a ```sh block.
@@ -83,7 +82,8 @@ func shCommands(t *testing.T) []docCommand {
 // notRunHere lists, by prefix, the documented commands this test does not
 // run, and why. Everything else in a ```sh block must exit 0.
 var notRunHere = []struct{ prefix, why string }{
-	{"helm ", "changes or reads a Helm release; the helm v3 and v4 CLIs run install, upgrade and rollback in tests/e2e (TestHelm3CLIStory, TestHelm4CLIStory)"},
+	{"helm ", "changes or reads a Helm release: the README tour's helm lines run as written in runReadmeTour (the install this test runs against); the others name the published chart (oci://ghcr.io/..., which this machine cannot reach) or a release's real registry; the helm v3 and v4 CLIs run install, upgrade and rollback in tests/e2e (TestHelm3CLIStory, TestHelm4CLIStory)"},
+	{"wait", "waits for a background helm of the README tour, which runReadmeTour runs as one shell"},
 	{"helmfile ", "the example file is synced by the real helmfile in tests/e2e (TestHelmfileStory)"},
 	{"make ", "a make target: `make test` runs this test, `make demo` is the demo, `make cluster`/`cluster-down` start and stop the local cluster (this test runs its own control plane)"},
 	{"export ", "this test sets KUBECONFIG and PATH itself"},
@@ -95,6 +95,9 @@ var notRunHere = []struct{ prefix, why string }{
 	{"kubectl -n flux-system ", "needs Flux (make cluster CLUSTER_ARGS=--flux); TestFluxStory drives the real helm-controller"},
 	{"kubectl apply -k ", "needs Flux: tests/e2e TestFluxStory applies the documented kustomization to the real source-controller and helm-controller"},
 	{"kubectl create namespace npu-operator", "this test's install already created it"},
+	{"sha256sum ", "checks a release's files, which this test has not downloaded; tests/release runs sha256sum -c on the SHA256SUMS make release writes"},
+	{"tar -xzf npu-hooks_", "unpacks a release tarball; tests/release unpacks the one make release writes and runs its npu-hooks --version"},
+	{"./npu-hooks ", "the binary out of a release tarball (tests/release runs it); this test runs the same commands with the npu-hooks it built"},
 }
 
 func skipReason(cmd string) string {
@@ -154,33 +157,18 @@ func TestCommandExtraction(t *testing.T) {
 	}
 }
 
-// installOnce installs the chart as docs/installation.md's local-cluster
-// section does: release npu-stack in npu-operator, values-local-cluster.yaml,
-// hooks on (preflight and rollout run as Jobs), on three process-backed
-// NPU nodes. A second run (-count=2) reuses it.
+// installOnce installs the chart by running the README tour as written
+// (runReadmeTour): release npu-stack in npu-operator from the test-bed
+// registry, values-local-cluster.yaml, hooks on, three process-backed NPU
+// nodes, then an upgrade to 25.5.0, a chip wedge and a rollback to 25.3.0.
+// A second run (-count=2) reuses it.
 func installOnce(ctx context.Context, t *testing.T) []string {
 	t.Helper()
 	h := env.Helm("npu-operator")
 	if rel, err := h.Status("npu-stack"); err == nil && rel.Info.Status == release.StatusDeployed {
 		return []string{"npu-0", "npu-1", "npu-2"}
 	}
-	nodes, err := env.AddProcessNodes(ctx, 3, testbed.NodeSpec{Prefix: "npu"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var names []string
-	for _, n := range nodes {
-		names = append(names, n.Name())
-	}
-	if strings.Join(names, ",") != "npu-0,npu-1,npu-2" {
-		t.Fatalf("nodes %v: the docs name npu-0..npu-2 (as make cluster does)", names)
-	}
-	vals := valuesFile(t, filepath.Join(examplesDir(t), "values-local-cluster.yaml"))
-	var hookLog strings.Builder
-	if _, err := h.Install(ctx, "npu-stack", vals, testbed.InstallOptions{Timeout: 4 * time.Minute, HookOutput: &hookLog}); err != nil {
-		t.Fatalf("helm install npu-stack charts/npu-stack -n npu-operator -f docs/examples/values-local-cluster.yaml: %v\n%s", err, hookLog.String())
-	}
-	return names
+	return runReadmeTour(ctx, t)
 }
 
 // workDir is a directory laid out like the repository root for the
@@ -214,7 +202,7 @@ func kubectlDir(t *testing.T) string {
 // verbatim (N and <node> become npu-1) with bash, in doc order, against
 // the installed chart; each must exit 0.
 func TestDocCommandsRun(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
 	installOnce(ctx, t)
 	dir := workDir(t)
