@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"helm.sh/helm/v3/pkg/release"
-
 )
 
 // docCommand is one command line of a ```sh block.
