@@ -75,7 +75,7 @@ func Values(version string) map[string]any {
 		// Simulated machines boot in a second: no uptime guard; metrics
 		// off because every node shares one loopback.
 		"rebooter":    map[string]any{"uptimeGuardMinutes": 0, "metricsPort": 0, "slots": 2},
-		"healthWatch": map[string]any{"probeIntervalSeconds": 2, "probeTimeoutSeconds": 2, "failureThreshold": 3},
+		"healthWatch": map[string]any{"probeIntervalSeconds": 2, "probeTimeoutSeconds": 2, "failureThreshold": 3, "metricsPort": 0},
 		"hooks": map[string]any{"resume": map[string]any{"enabled": false},
 			"activeDeadlineSeconds": 900},
 	}

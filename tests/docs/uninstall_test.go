@@ -11,6 +11,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 
 	"github.com/openfuyao/npu-stack/internal/contract"
 )
@@ -78,15 +79,20 @@ func TestUninstallCleanupRemovesEveryKey(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	node, err := env.Client.CoreV1().Nodes().Get(ctx, names[0], metav1.GetOptions{})
+	keys := contractKeys(t)
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		node, err := env.Client.CoreV1().Nodes().Get(ctx, names[0], metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		for _, k := range keys {
+			node.Labels[k] = "true"
+			node.Annotations[k] = "true"
+		}
+		_, err = env.Client.CoreV1().Nodes().Update(ctx, node, metav1.UpdateOptions{})
+		return err
+	})
 	if err != nil {
-		t.Fatal(err)
-	}
-	for _, k := range contractKeys(t) {
-		node.Labels[k] = "true"
-		node.Annotations[k] = "true"
-	}
-	if _, err := env.Client.CoreV1().Nodes().Update(ctx, node, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	ran := 0
@@ -104,7 +110,7 @@ func TestUninstallCleanupRemovesEveryKey(t *testing.T) {
 	if ran == 0 {
 		t.Fatal("installation.md's Uninstall section has no kubectl command")
 	}
-	node, err = env.Client.CoreV1().Nodes().Get(ctx, names[0], metav1.GetOptions{})
+	node, err := env.Client.CoreV1().Nodes().Get(ctx, names[0], metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -116,7 +116,7 @@ func newStack(t *testing.T, ns, release string, n910, n310 int) *stack {
 				"rebootTimeoutSeconds": 120},
 		},
 		"rebooter":    map[string]any{"uptimeGuardMinutes": 0, "metricsPort": 0, "slots": 2},
-		"healthWatch": map[string]any{"probeIntervalSeconds": 5, "probeTimeoutSeconds": 2},
+		"healthWatch": map[string]any{"probeIntervalSeconds": 5, "probeTimeoutSeconds": 2, "metricsPort": 0},
 		"hooks": map[string]any{"resume": map[string]any{"enabled": false},
 			"activeDeadlineSeconds": 600},
 	}

@@ -58,6 +58,9 @@ type fleetOptions struct {
 	// rebooter and recovery, if set, enable the rebooter with these
 	// rebooter and recoveryPolicy values.
 	rebooter, recovery map[string]any
+	// metricsPort is healthWatch.metricsPort (0: off, as the test bed sets
+	// it unless a test chooses a port).
+	metricsPort int
 }
 
 type fleet struct {
@@ -105,6 +108,9 @@ func newFleet(t *testing.T, o fleetOptions) *fleet {
 		"exporter":        map[string]any{"enabled": false},
 		"rebooter":        map[string]any{"enabled": false},
 		"hooks":           map[string]any{"preflight": map[string]any{"enabled": false}, "resume": map[string]any{"enabled": false}},
+	}
+	if o.metricsPort > 0 {
+		vals["healthWatch"].(map[string]any)["metricsPort"] = o.metricsPort
 	}
 	if o.recoveryThreshold > 0 {
 		vals["healthWatch"].(map[string]any)["recoveryThreshold"] = o.recoveryThreshold

@@ -78,7 +78,8 @@ func TestArgoCDSyncsTheChartFromTheRegistry(t *testing.T) {
 			"version":       "25.5.0",
 			"upgradePolicy": map[string]any{"autoUpgrade": true, "rebootTimeoutSeconds": 120},
 		},
-		"rebooter": map[string]any{"uptimeGuardMinutes": 0, "metricsPort": 0},
+		"rebooter":    map[string]any{"uptimeGuardMinutes": 0, "metricsPort": 0},
+		"healthWatch": map[string]any{"metricsPort": 0},
 		"hooks": map[string]any{"mode": "job", "activeDeadlineSeconds": 600,
 			"resume": map[string]any{"enabled": false}},
 	}

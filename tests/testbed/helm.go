@@ -90,19 +90,30 @@ func (h *Helm) loadChart() (*chart.Chart, error) {
 }
 
 // values are vals with imageRegistry pointing at the test-bed registry
-// unless the test chose one.
+// and the health-watch's metrics endpoint off, unless the test chose
+// them: every process node's watch runs on this machine, so one fixed
+// port would be taken by the first (as rebooter.metricsPort, which tests
+// set to 0 themselves).
 func (h *Helm) values(vals map[string]any) map[string]any {
 	if h.product == nil {
-		return vals
-	}
-	if _, set := vals["imageRegistry"]; set {
 		return vals
 	}
 	out := maps.Clone(vals)
 	if out == nil {
 		out = map[string]any{}
 	}
-	out["imageRegistry"] = h.product.Registry
+	if _, set := out["imageRegistry"]; !set {
+		out["imageRegistry"] = h.product.Registry
+	}
+	hw, _ := out["healthWatch"].(map[string]any)
+	if _, set := hw["metricsPort"]; !set {
+		hw = maps.Clone(hw)
+		if hw == nil {
+			hw = map[string]any{}
+		}
+		hw["metricsPort"] = 0
+		out["healthWatch"] = hw
+	}
 	return out
 }
 
