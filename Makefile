@@ -73,13 +73,17 @@ chart: ## package the chart reproducibly into .cache/chart/ (version = VERSION);
 # DIST. REGISTRY=host[:port]/path pushes the images to <REGISTRY>/npu-stack/
 # and the chart to oci://<REGISTRY>/charts, the chart's default images
 # pointing at that registry (REGISTRY=ghcr.io/openfuyao is the layout the
-# chart's values.yaml names). A VERSION that is not SemVer (git describe of
-# an untagged commit) gives a chart pre-release 0.0.0-<version>: helm
-# installs it only with --devel or --version.
+# chart's values.yaml names). VERSION must be SemVer and what Chart.yaml
+# carries as version and appVersion (bump them, and the documented
+# --version pins, first): the chart of the release's tag then pulls the
+# release's images. Builds of untagged commits are make images / make
+# chart pre-releases (0.0.0-<describe>): helm installs those only with
+# --devel or their exact --version.
 DIST ?= $(RELEASE_DIR)/dist
 HOOKS_PLATFORMS := linux/amd64 linux/arm64 darwin/amd64 darwin/arm64
 release: ## VERSION=x.y.z [REGISTRY=host/path]: images, chart, npu-hooks tarballs and SHA256SUMS of one version (in .cache/release/dist)
 	@case "$(origin VERSION)" in "command line"|environment) ;; *) echo "make release: name the version: make release VERSION=x.y.z" >&2; exit 2;; esac
+	$(GO) run ./tools/npu-release check-version --chart charts/npu-stack --version $(VERSION)
 	rm -rf $(DIST) && mkdir -p $(DIST)
 	$(MAKE) --no-print-directory images VERSION=$(VERSION) REGISTRY=$(if $(REGISTRY),$(REGISTRY)/npu-stack) IMAGES_OUT=$(RELEASE_DIR)/images
 	$(MAKE) --no-print-directory chart VERSION=$(VERSION) REGISTRY=$(if $(REGISTRY),$(REGISTRY)/charts) IMAGES_REPO=$(if $(REGISTRY),$(REGISTRY)/npu-stack) CHART_OUT=$(DIST)

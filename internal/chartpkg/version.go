@@ -5,8 +5,11 @@
 package chartpkg
 
 import (
+	"fmt"
 	"regexp"
 	"strings"
+
+	"helm.sh/helm/v3/pkg/chart/loader"
 )
 
 // semver2 is the regular expression semver.org gives for SemVer 2.0.0.
@@ -53,4 +56,25 @@ func ChartVersion(buildVersion string) string {
 		return "0.0.0"
 	}
 	return "0.0.0-" + strings.Join(ids, ".")
+}
+
+// CheckReleaseVersion reports whether a release may be built at version
+// from the chart in chartDir: the chart's own version and appVersion in
+// Chart.yaml must be ChartVersion(version) and version, so that the
+// chart of the release's tag, installed from a checkout, pulls the
+// release's images, and the documents and examples that name the chart
+// version (tests/docs) name what the release publishes.
+func CheckReleaseVersion(chartDir, version string) error {
+	ch, err := loader.LoadDir(chartDir)
+	if err != nil {
+		return fmt.Errorf("load chart %s: %w", chartDir, err)
+	}
+	want := ChartVersion(version)
+	if want != strings.TrimPrefix(version, "v") {
+		return fmt.Errorf("release version %q is not SemVer (x.y.z[-pre]); a build of an untagged commit is a pre-release of make images / make chart, not a release", version)
+	}
+	if ch.Metadata.Version != want || ch.Metadata.AppVersion != version {
+		return fmt.Errorf("release %s: %s/Chart.yaml has version %q and appVersion %q; set both to %q first (and the documented --version pins, tests/docs checks them)", version, chartDir, ch.Metadata.Version, ch.Metadata.AppVersion, version)
+	}
+	return nil
 }

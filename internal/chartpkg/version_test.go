@@ -1,6 +1,10 @@
 package chartpkg
 
-import "testing"
+import (
+	"testing"
+
+	"helm.sh/helm/v3/pkg/chart/loader"
+)
 
 func TestChartVersion(t *testing.T) {
 	for _, tc := range []struct{ in, want string }{
@@ -29,6 +33,28 @@ func TestChartVersion(t *testing.T) {
 		}
 		if !semver2.MatchString(got) {
 			t.Errorf("ChartVersion(%q) = %q is not SemVer 2", tc.in, got)
+		}
+	}
+}
+
+func TestCheckReleaseVersion(t *testing.T) {
+	ch, err := loader.LoadDir(chartDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := ch.Metadata.Version
+	for _, tc := range []struct {
+		version string
+		ok      bool
+	}{
+		{v, true},                  // Chart.yaml's version and appVersion
+		{v + "-rc.1", false},       // Chart.yaml not bumped to it
+		{"ebb4ef3", false},         // not SemVer: an untagged build
+		{"v" + v + "-3-g1", false}, // a describe past the tag
+	} {
+		err := CheckReleaseVersion(chartDir, tc.version)
+		if (err == nil) != tc.ok {
+			t.Errorf("%s: %v", tc.version, err)
 		}
 	}
 }

@@ -6,6 +6,9 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/Masterminds/semver/v3"
+	"helm.sh/helm/v3/pkg/chart/loader"
 )
 
 // userDocs are the files a user of a release reads: the pages, the
@@ -103,5 +106,53 @@ func TestFluxRunsHookMode(t *testing.T) {
 	}
 	if regexp.MustCompile(`(?m)^\s+mode: job`).Match(flux) {
 		t.Error("docs/examples/flux-helmrelease.yaml sets hooks.mode: job")
+	}
+}
+
+var chartVersionFlag = regexp.MustCompile(`oci://(ghcr\.io|registry\.example\.com)/openfuyao/charts/npu-stack (--version (\S+))?`)
+
+// TestPinnedVersionsAreWhatTheReleasePublishes: make release publishes
+// only the version Chart.yaml carries (tools/npu-release check-version),
+// so every documented install of the published chart names that version,
+// and the Flux and Argo CD examples ask for it.
+func TestPinnedVersionsAreWhatTheReleasePublishes(t *testing.T) {
+	ch, err := loader.LoadDir(filepath.Join(repoRoot(t), "charts", "npu-stack"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := ch.Metadata.Version
+	for f, text := range userDocs(t) {
+		for i, line := range strings.Split(text, "\n") {
+			if !strings.Contains(line, "helm ") {
+				continue
+			}
+			for _, m := range chartVersionFlag.FindAllStringSubmatch(line, -1) {
+				if m[3] != v {
+					t.Errorf("%s:%d installs the published chart at %q, not %s (Chart.yaml): %s", f, i+1, m[3], v, strings.TrimSpace(line))
+				}
+			}
+		}
+	}
+	b, err := os.ReadFile(filepath.Join(examplesDir(t), "argocd-application.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := regexp.MustCompile(`(?m)^\s+targetRevision: (\S+)$`).FindSubmatch(b); m == nil || string(m[1]) != v {
+		t.Errorf("argocd-application.yaml targetRevision %q, want %s", m, v)
+	}
+	b, err = os.ReadFile(filepath.Join(examplesDir(t), "flux-helmrelease.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^\s+semver: "?([^"\n]+)"?$`).FindSubmatch(b)
+	if m == nil {
+		t.Fatal("flux-helmrelease.yaml has no semver")
+	}
+	c, err := semver.NewConstraint(string(m[1]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !c.Check(semver.MustParse(v)) {
+		t.Errorf("flux-helmrelease.yaml semver %q does not take %s", m[1], v)
 	}
 }

@@ -27,21 +27,32 @@ import (
 	"github.com/openfuyao/npu-stack/tests/testbed"
 )
 
-// releaseVersion is a SemVer release: helm installs it without --devel.
-const releaseVersion = "9.8.7"
+// chartYAMLVersion is the version charts/npu-stack/Chart.yaml carries:
+// the only version make release builds (a SemVer release, which helm
+// installs without --devel).
+func chartYAMLVersion(t *testing.T) string {
+	t.Helper()
+	ch, err := loader.LoadDir(filepath.Join(repoRoot(t), "charts", "npu-stack"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ch.Metadata.Version
+}
 
-// TestReleaseInstallsItsOwnImages runs `make release VERSION=9.8.7
-// REGISTRY=<test-bed registry>/openfuyao`, then, as a user would:
-//   - the chart in the registry is 9.8.7 with appVersion 9.8.7;
+// TestReleaseInstallsItsOwnImages runs `make release VERSION=<Chart.yaml's
+// version> REGISTRY=<test-bed registry>/openfuyao`, then, as a user would:
+//   - the chart in the registry has that version and appVersion;
 //   - rendered with no value set, every npu-stack image it names is one
 //     `make images` pushed in that run, and the registry resolves each
 //     reference to the digest make printed;
 //   - installed from the registry with no value set on a node that pulls
 //     from the registry, its hook Jobs run npu-hooks from that image;
 //   - the release directory holds the chart and one npu-hooks tarball per
-//     OS/arch, SHA256SUMS covers them, and the tarball's npu-hooks is 9.8.7.
+//     OS/arch, SHA256SUMS covers them, and the tarball's npu-hooks is that
+//     version.
 func TestReleaseInstallsItsOwnImages(t *testing.T) {
 	testbed.NeedEnv(t, env)
+	releaseVersion := chartYAMLVersion(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
 	defer cancel()
 	root, tmp := repoRoot(t), t.TempDir()
@@ -231,4 +242,22 @@ func ourImages(t *testing.T, manifests string) []string {
 		}
 	}
 	return imgs
+}
+
+// TestReleaseRefusesAnotherVersion: make release builds only the version
+// Chart.yaml carries, and says so before building anything.
+func TestReleaseRefusesAnotherVersion(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs make")
+	}
+	root, tmp := repoRoot(t), t.TempDir()
+	cmd := exec.Command("make", "release", "VERSION="+chartYAMLVersion(t)+"-not-bumped", "RELEASE_DIR="+filepath.Join(tmp, "release"), "DIST="+filepath.Join(tmp, "dist"))
+	cmd.Dir = root
+	out, err := cmd.CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "Chart.yaml has version") {
+		t.Fatalf("make release with a version Chart.yaml does not carry: %v\n%s", err, out)
+	}
+	if _, err := os.Stat(filepath.Join(tmp, "release")); !os.IsNotExist(err) {
+		t.Errorf("make release built something before refusing: %v", err)
+	}
 }

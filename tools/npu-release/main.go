@@ -136,6 +136,17 @@ func main() {
 	archives.Flags().StringSliceVar(&archPlatforms, "platforms", []string{"linux/amd64", "linux/arm64", "darwin/amd64", "darwin/arm64"}, "platforms of the npu-hooks tarballs")
 	archives.Flags().StringVar(&out, "out", ".cache/release/dist", "release directory: tarballs and SHA256SUMS (over every file there)")
 
+	check := &cobra.Command{
+		Use:   "check-version",
+		Short: "refuse a release version that charts/npu-stack/Chart.yaml does not carry as version and appVersion",
+		RunE: func(_ *cobra.Command, _ []string) error {
+			return chartpkg.CheckReleaseVersion(chartDir, opt.Version)
+		},
+	}
+	check.Flags().StringVar(&chartDir, "chart", "charts/npu-stack", "chart directory")
+	check.Flags().StringVar(&opt.Version, "version", "", "release version (required)")
+	_ = check.MarkFlagRequired("version")
+	root.AddCommand(check)
 	archives.Flags().StringVar(&opt.Version, "version", "", "release version, in the tarballs' names (required)")
 	_ = archives.MarkFlagRequired("version")
 	root.AddCommand(archives)
