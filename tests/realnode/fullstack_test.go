@@ -140,10 +140,11 @@ func TestRealNodeChartRebootsWithDriver(t *testing.T) {
 func waitStackRunning(ctx context.Context, t *testing.T, node *realnode.Node) {
 	t.Helper()
 	var running []string
+	var last error
 	err := wait.PollUntilContextCancel(ctx, time.Second, true, func(ctx context.Context) (bool, error) {
 		out, err := node.Crictl(ctx, "ps", "-o", "json")
-		if err != nil {
-			return false, nil // the runtime may be restarting
+		if last = err; err != nil {
+			return false, nil //nolint:nilerr // the runtime may be restarting: ask again
 		}
 		var list struct {
 			Containers []struct {
@@ -164,6 +165,6 @@ func waitStackRunning(ctx context.Context, t *testing.T, node *realnode.Node) {
 		return slices.Equal(running, stackContainers), nil
 	})
 	if err != nil {
-		t.Fatalf("containers running on %s: %v, want %v: %v", node.Name(), running, stackContainers, err)
+		t.Fatalf("containers running on %s: %v, want %v: %v (last crictl error: %v)", node.Name(), running, stackContainers, err, last)
 	}
 }
