@@ -86,7 +86,7 @@ func valuesFile(t *testing.T, path string) map[string]any {
 }
 
 func TestExampleValuesFilesRender(t *testing.T) {
-	files, err := filepath.Glob(filepath.Join(examplesDir(t), "*values*.yaml"))
+	files, err := filepath.Glob(filepath.Join(examplesDir(t), "values-*.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
