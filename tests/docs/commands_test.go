@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"helm.sh/helm/v3/pkg/release"
+
+	"github.com/openfuyao/npu-stack/tests/testbed"
 )
 
 // docCommand is one command line of a ```sh block.
@@ -81,7 +83,7 @@ func shCommands(t *testing.T) []docCommand {
 // notRunHere lists, by prefix, the documented commands this test does not
 // run, and why. Everything else in a ```sh block must exit 0.
 var notRunHere = []struct{ prefix, why string }{
-	{"helm ", "changes or reads a Helm release: the README tour's helm lines run as written in runReadmeTour (the install this test runs against); the others name the published chart (oci://ghcr.io/..., which this machine cannot reach) or a release's real registry; the helm v3 and v4 CLIs run install, upgrade and rollback in tests/e2e (TestHelm3CLIStory, TestHelm4CLIStory)"},
+	{"helm ", "an install (the README tour, run as written by runReadmeTour, installs the release the pages run against), a driver version change (manual mode waits for approvals given by later lines; the tour runs one with its approvals), an uninstall (later pages need the release) or a command against a registry this machine cannot reach; helm upgrades that change no driver, history and rollback run (helmRuns); tests/e2e drives the helm v3 and v4 CLIs through install, upgrade and rollback"},
 	{"wait", "waits for a background helm of the README tour, which runReadmeTour runs as one shell"},
 	{"helmfile ", "the example file is synced by the real helmfile in tests/e2e (TestHelmfileStory)"},
 	{"make ", "a make target: `make test` runs this test, `make demo` is the demo, `make cluster`/`cluster-down` start and stop the local cluster (this test runs its own control plane)"},
@@ -97,7 +99,39 @@ var notRunHere = []struct{ prefix, why string }{
 	{"./npu-hooks ", "the binary out of a release tarball (tests/release runs it); this test runs the same commands with the npu-hooks it built"},
 }
 
+// helmRuns says whether a documented helm command runs here (chart
+// reference substituted, substituteChart): the ones that change no driver
+// and keep the release, so every page's commands run against the release
+// the README tour installed. Installs (the tour installs it), driver
+// version changes (manual mode waits for approvals: the tour runs one
+// with them) and uninstall (the later pages need the release) do not.
+func helmRuns(cmd string) bool {
+	switch {
+	case strings.HasSuffix(strings.TrimSpace(strings.SplitN(cmd, "#", 2)[0]), "&"):
+		return false // the README tour's background helm: runReadmeTour runs it
+	case strings.HasPrefix(cmd, "helm history ") || strings.HasPrefix(cmd, "helm rollback "):
+		return true
+	case strings.HasPrefix(cmd, "helm upgrade "):
+		return !strings.Contains(cmd, "--install") && !strings.Contains(cmd, "driver.version=") && strings.Contains(cmd, publishedChart)
+	}
+	return false
+}
+
+// publishedChart is how the pages name the released chart.
+const publishedChart = "oci://ghcr.io/openfuyao/charts/npu-stack"
+
+var publishedVersion = regexp.MustCompile(`oci://ghcr\.io/openfuyao/charts/npu-stack --version \S+`)
+
+// substituteChart points a documented command at the test bed's chart:
+// its registry and the version this checkout published there.
+func substituteChart(cmd string) string {
+	return publishedVersion.ReplaceAllString(cmd, env.Product.ChartRef()+" --version "+env.Product.ChartVersion)
+}
+
 func skipReason(cmd string) string {
+	if helmRuns(cmd) {
+		return ""
+	}
 	for _, s := range notRunHere {
 		if strings.HasPrefix(cmd, s.prefix) {
 			return s.why
@@ -118,7 +152,7 @@ func TestCommandExtraction(t *testing.T) {
 	ran, perFile := 0, map[string]int{}
 	used := map[string]bool{}
 	for _, c := range cmds {
-		if !strings.HasPrefix(c.text, "kubectl ") && !strings.HasPrefix(c.text, "npu-hooks ") && !strings.HasPrefix(c.text, "bin/npu-hooks ") {
+		if !strings.HasPrefix(c.text, "kubectl ") && !strings.HasPrefix(c.text, "npu-hooks ") && !strings.HasPrefix(c.text, "bin/npu-hooks ") && !helmRuns(c.text) {
 			if skipReason(c.text) == "" {
 				t.Errorf("%s: neither a kubectl/npu-hooks command nor in notRunHere", c)
 			}
@@ -203,9 +237,14 @@ func TestDocCommandsRun(t *testing.T) {
 	defer cancel()
 	installOnce(ctx, t)
 	dir := workDir(t)
+	helm, err := testbed.Engine("helm3/helm")
+	if err != nil {
+		t.Fatal(err)
+	}
 	environ := append(os.Environ(),
 		"KUBECONFIG="+env.Kubeconfig,
-		"PATH="+kubectlDir(t)+string(os.PathListSeparator)+env.ProductBinDir+string(os.PathListSeparator)+os.Getenv("PATH"),
+		"PATH="+strings.Join([]string{kubectlDir(t), env.ProductBinDir, filepath.Dir(helm), os.Getenv("PATH")}, string(os.PathListSeparator)),
+		"HELM_CACHE_HOME="+filepath.Join(t.TempDir(), "helm-cache"), "HELM_CONFIG_HOME="+filepath.Join(t.TempDir(), "helm-config"),
 	)
 	ran := 0
 	for _, c := range shCommands(t) {
@@ -213,7 +252,7 @@ func TestDocCommandsRun(t *testing.T) {
 			t.Logf("not run: %s (%s)", c, why)
 			continue
 		}
-		cmdline := substituteNode(c.text, "npu-1")
+		cmdline := substituteChart(substituteNode(c.text, "npu-1"))
 		cctx, ccancel := context.WithTimeout(ctx, 3*time.Minute)
 		cmd := exec.CommandContext(cctx, "bash", "-o", "pipefail", "-c", cmdline)
 		cmd.Dir, cmd.Env = dir, environ
