@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"helm.sh/helm/v3/pkg/action"
+	"helm.sh/helm/v3/pkg/release"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -154,6 +156,26 @@ func runReadmeTour(ctx context.Context, t *testing.T) []string {
 		t.Fatalf("README tour (%d lines left out: %v): %v\n--- script\n%s--- output\n%s", skipped, tourNotRun, err, script, out)
 	}
 	t.Logf("README tour ran in %s (%d lines left out):\n%s", time.Since(start).Round(time.Second), skipped, out)
+	// A background helm that fails does not fail the shell: its error
+	// is in the output, and its revision is "failed" in the history.
+	for _, l := range strings.Split(string(out), "\n") {
+		if strings.HasPrefix(strings.TrimSpace(l), "Error:") {
+			t.Errorf("the README tour printed %q", strings.TrimSpace(l))
+		}
+	}
+	cfg, err := h.Config(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hist, err := action.NewHistory(cfg).Run("npu-stack")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range hist {
+		if r.Info.Status != release.StatusSuperseded && r.Info.Status != release.StatusDeployed {
+			t.Errorf("revision %d of the tour's release is %s: %s", r.Version, r.Info.Status, r.Info.Description)
+		}
+	}
 	rel, err := h.Status("npu-stack")
 	if err != nil {
 		t.Fatal(err)
