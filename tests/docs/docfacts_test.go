@@ -42,11 +42,6 @@ func userDocs(t *testing.T) map[string]string {
 func TestDocsCiteOnlyWhatUsersHave(t *testing.T) {
 	unshipped := regexp.MustCompile(`DESIGN\.md|/work/|seed Step|the seed's|seed contract`)
 	for f, text := range userDocs(t) {
-		// docs/deployers.md is being rewritten with the deployer tests
-		// (issue 27); its two mentions of the seed go with that work.
-		if f == filepath.Join("docs", "deployers.md") {
-			continue
-		}
 		for i, line := range strings.Split(text, "\n") {
 			if m := unshipped.FindString(line); m != "" {
 				t.Errorf("%s:%d cites %q, which users do not have: %s", f, i+1, m, line)
