@@ -40,8 +40,11 @@ var installerModules = []string{"drv_pcie_host", "drv_pcie_hdc_host", "asdrv_dms
 // (one new boot ID), the modules the installer left are loaded with the
 // driver's device nodes, the kubelet re-registers Ready with the new boot
 // ID, and the rebooter, started again by the kubelet, reads the new boot
-// ID in its container and completes the reboot. The stand-in systemd
-// refuses what systemd would refuse, and the node leaves nothing behind.
+// ID in its container and completes the reboot. The node's dbus-daemon
+// is restarted under the running rebooter first, so the rebooter reaches
+// the new socket through its /run/dbus directory mount. The stand-in
+// systemd refuses what systemd would refuse, and the node leaves nothing
+// behind.
 func TestRealNodeRebootThroughSystemBus(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
@@ -107,6 +110,7 @@ func TestRealNodeRebootThroughSystemBus(t *testing.T) {
 	})
 	waitRebooterRunning(ctx, t, ns, node.Name())
 	checkRebooterContainer(ctx, t, node)
+	restartBus(ctx, t, node)
 
 	change := kube.NodeChange{
 		Labels:      map[string]*string{keys.RebootRequired(): kube.Set(contract.True)},
@@ -403,5 +407,29 @@ func dumpLogs(t *testing.T, node *realnode.Node, daemons ...string) {
 			b = b[len(b)-6000:]
 		}
 		t.Logf("%s log of %s (end):\n%s", d, node.Name(), b)
+	}
+}
+
+// restartBus restarts the node's dbus-daemon under the running rebooter,
+// as an OS update or `systemctl restart dbus` does, and checks that the
+// socket file is a new one: a rebooter that bind-mounted the old socket
+// file (not the directory /run/dbus) can no longer reach the bus
+// (finding 5 of the host contract issue).
+func restartBus(ctx context.Context, t *testing.T, node *realnode.Node) {
+	t.Helper()
+	sock := node.Path("/run/dbus/system_bus_socket")
+	before, err := os.Stat(sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := node.RestartBus(ctx); err != nil {
+		t.Fatal(err)
+	}
+	after, err := os.Stat(sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if os.SameFile(before, after) || after.Mode()&os.ModeSocket == 0 {
+		t.Fatalf("%s after a dbus restart: mode %v, same file %v; want a new socket", sock, after.Mode(), os.SameFile(before, after))
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -211,4 +212,43 @@ func (s *standinSystemd) StartUnit(sender dbus.Sender, name, mode string) (dbus.
 	// the reboot stops the kubelet first, the bus last.
 	go s.reboot()
 	return job, nil
+}
+
+// RestartBus restarts the node's system bus as `systemctl restart dbus`
+// does on a machine: the running dbus-daemon is stopped (SIGTERM, as
+// systemd stops it; it removes its socket) and a new one listens on a new
+// socket at the same path, with the stand-in systemd connected again.
+// Whoever bind-mounted the old socket file keeps a dead one; whoever
+// mounted the directory /run/dbus sees the new socket.
+func (n *Node) RestartBus(ctx context.Context) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.stopped || n.bus == nil {
+		return fmt.Errorf("node %s: no running system bus to restart", n.cfg.Name)
+	}
+	b := n.bus
+	// nsenter forked the daemon into the node's PID namespace: the
+	// daemon is its only child.
+	pid := b.daemon.Process.Pid
+	kids, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", pid, pid))
+	if err != nil || len(strings.Fields(string(kids))) != 1 {
+		return fmt.Errorf("node %s: dbus-daemon, the child of nsenter %d: %q, %v", n.cfg.Name, pid, kids, err)
+	}
+	daemon, err := strconv.Atoi(strings.Fields(string(kids))[0])
+	if err != nil {
+		return fmt.Errorf("node %s: dbus-daemon's pid: %w", n.cfg.Name, err)
+	}
+	if b.conn != nil {
+		_ = b.conn.Close()
+	}
+	if err := syscall.Kill(daemon, syscall.SIGTERM); err != nil {
+		return fmt.Errorf("node %s: stop dbus-daemon %d: %w", n.cfg.Name, daemon, err)
+	}
+	select {
+	case <-b.done: // nsenter ends with its child
+	case <-ctx.Done():
+		return fmt.Errorf("node %s: waiting for dbus-daemon %d to stop: %w", n.cfg.Name, daemon, ctx.Err())
+	}
+	n.bus = nil
+	return n.startBus(ctx)
 }
