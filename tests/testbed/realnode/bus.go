@@ -231,8 +231,11 @@ func (n *Node) RestartBus(ctx context.Context) error {
 	// daemon is its only child.
 	pid := b.daemon.Process.Pid
 	kids, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", pid, pid))
-	if err != nil || len(strings.Fields(string(kids))) != 1 {
-		return fmt.Errorf("node %s: dbus-daemon, the child of nsenter %d: %q, %v", n.cfg.Name, pid, kids, err)
+	if err != nil {
+		return fmt.Errorf("node %s: dbus-daemon, the child of nsenter %d: %w", n.cfg.Name, pid, err)
+	}
+	if len(strings.Fields(string(kids))) != 1 {
+		return fmt.Errorf("node %s: nsenter %d has children %q, want dbus-daemon alone", n.cfg.Name, pid, kids)
 	}
 	daemon, err := strconv.Atoi(strings.Fields(string(kids))[0])
 	if err != nil {
