@@ -171,6 +171,13 @@ func (l *Linux) NPUSMI(ctx context.Context, args ...string) ([]byte, error) {
 		}
 		return out, err
 	}
+	if errors.Is(err, syscall.EPERM) && e.Root != "" && e.Root != "/" {
+		// The child's chroot was refused: privileged: true gives a
+		// non-root process no effective capabilities, so CAP_SYS_CHROOT
+		// is missing, whatever the driver libraries are.
+		return out, &ProblemError{What: fmt.Sprintf("%s cannot be run chrooted into the host root %s: %v", path, l.Root, err),
+			Fix: "the container that runs npu-smi must run as root (securityContext runAsUser: 0) with CAP_SYS_CHROOT; privileged: true alone gives a non-root user no capabilities", Err: err}
+	}
 	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, fs.ErrPermission) || errors.Is(err, syscall.ENOEXEC) {
 		return out, &ProblemError{What: fmt.Sprintf("%s (host root %s) cannot be started (the binary or its ELF interpreter is missing or not executable)", path, l.Root), Fix: fix, Err: err}
 	}

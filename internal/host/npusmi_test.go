@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -105,6 +107,9 @@ func TestNPUSMIFailureKinds(t *testing.T) {
 		{"loader error", &ExitError{Command: "npu-smi info", Code: 127, Stderr: []byte(loader)}, true},
 		{"exit 127", &ExitError{Command: "npu-smi info", Code: 127}, true},
 		{"ELF interpreter missing", fmt.Errorf("start npu-smi: %w", os.ErrNotExist), true},
+		// What exec reports when the child's chroot is refused: a
+		// container not running as root has no CAP_SYS_CHROOT.
+		{"chroot refused", &fs.PathError{Op: "fork/exec", Path: "/usr/local/bin/npu-smi", Err: syscall.EPERM}, true},
 		{"dcmi init failed (-8005)", &ExitError{Command: "npu-smi info", Code: 187, Output: []byte("dcmi module initialize failed. ret is -8005\n")}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -123,8 +128,12 @@ func TestNPUSMIFailureKinds(t *testing.T) {
 				}
 				return
 			}
-			if !strings.Contains(pe.Error(), "/usr/local/bin/npu-smi") || !strings.Contains(pe.Fix, "driver.hostDriverPath") {
-				t.Errorf("problem %q does not name the binary and the fix", pe)
+			wantFix := "driver.hostDriverPath"
+			if tc.name == "chroot refused" {
+				wantFix = "runAsUser: 0"
+			}
+			if !strings.Contains(pe.Error(), "/usr/local/bin/npu-smi") || !strings.Contains(pe.Fix, wantFix) {
+				t.Errorf("problem %q does not name the binary and the fix (%s)", pe, wantFix)
 			}
 			if tc.name == "loader error" && !strings.Contains(pe.What, "libdrvdsmi_host.so") {
 				t.Errorf("problem %q does not quote the loader", pe.What)
