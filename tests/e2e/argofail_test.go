@@ -37,6 +37,7 @@ import (
 // leaves that desired state alone (docs/deployers.md: start a sync).
 func runArgoFailures(ctx context.Context, t *testing.T, s *stack, d *argoDeployer) {
 	reboots := 2
+	vRefused, vKilled, vDeadline := s.failVersions()
 	s.preCordoned = ""
 	kubectl(ctx, t, "kubectl uncordon "+s.nodes[0].Name())
 	step := func(name string, f func()) {

@@ -26,6 +26,7 @@ import (
 // sync --set`.
 func runCLIFailures(ctx context.Context, t *testing.T, s *stack, h *helmCLI, upgrade func(sets ...string) (string, error)) {
 	reboots := 2
+	vRefused, _, vDeadline := s.failVersions()
 	s.preCordoned = ""
 	kubectl(ctx, t, "kubectl uncordon "+s.nodes[0].Name())
 	step := func(name string, f func()) {
@@ -39,6 +40,7 @@ func runCLIFailures(ctx context.Context, t *testing.T, s *stack, h *helmCLI, upg
 		if err == nil || !strings.Contains(out, "pre-upgrade hooks failed") || !strings.Contains(out, "no such tag") {
 			t.Errorf("helm upgrade to an unmirrored driver: err %v, want \"pre-upgrade hooks failed\" and the preflight log's \"no such tag\":\n%s", err, tail(out, 30))
 		}
+		t.Logf("the user's terminal:\n%s", tail(out, 12))
 		h.checkStatus(ctx, t, "failed", "pre-upgrade hooks failed")
 		s.check(ctx, v1, reboots)
 		s.mirror(ctx, vRefused)
@@ -58,6 +60,7 @@ func runCLIFailures(ctx context.Context, t *testing.T, s *stack, h *helmCLI, upg
 		if err == nil || !strings.Contains(out, "post-upgrade hooks failed") {
 			t.Errorf("helm upgrade whose rollout outlives its deadline: err %v, want \"post-upgrade hooks failed\":\n%s", err, tail(out, 30))
 		}
+		t.Logf("the user's terminal:\n%s", tail(out, 12))
 		h.checkStatus(ctx, t, "failed", "post-upgrade hooks failed")
 		kubectl(ctx, t, seedApproveAll)
 		if out, err := upgrade("driver.version="+vDeadline, "hooks.activeDeadlineSeconds=7200"); err != nil {

@@ -3,6 +3,7 @@ package e2e_test
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -13,12 +14,16 @@ import (
 	"github.com/openfuyao/npu-stack/tests/testbed"
 )
 
-// Driver versions of the failure stories, each a new driver change.
-const (
-	vRefused  = "25.6.0"
-	vKilled   = "25.7.0"
-	vDeadline = "25.8.0"
-)
+// failVersions are the driver versions of a stack's failure stories, each
+// a new driver change: unique to the stack (its fleet's number), so that
+// the image one story mirrors never lets another's preflight pass.
+func (s *stack) failVersions() (refused, killed, deadline string) {
+	n, err := strconv.Atoi(s.fleet[strings.LastIndex(s.fleet, "-")+1:])
+	if err != nil {
+		s.t.Fatalf("fleet %q does not end in its number: %v", s.fleet, err)
+	}
+	return fmt.Sprintf("25.6.%d", n), fmt.Sprintf("25.7.%d", n), fmt.Sprintf("25.8.%d", n)
+}
 
 // fluxForce is docs/deployers.md's retry of a stalled HelmRelease: what
 // `flux reconcile helmrelease npu-stack -n flux-system --force` writes.
@@ -44,6 +49,7 @@ const seedApproveAll = "kubectl get nodes -l openfuyao.com/npu.present -o name |
 // Each ends with every node on the new driver, rebooted exactly once more.
 func runFluxFailures(ctx context.Context, t *testing.T, s *stack, d *fluxDeployer) {
 	reboots := 2
+	vRefused, vKilled, vDeadline := s.failVersions()
 	s.preCordoned = "" // the story's pre-cordoned node stays cordoned; no new invariant on it
 	kubectl(ctx, t, "kubectl uncordon "+s.nodes[0].Name())
 
