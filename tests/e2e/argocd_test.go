@@ -383,8 +383,9 @@ func mergeValues(base, over map[string]any) map[string]any {
 // watchDrift records, at every change of the story's Application, each
 // sync operation (start, phase, the driver version it applied) and each
 // managed resource's sync status. A resource OutOfSync while Argo CD is
-// settled — the last operation Succeeded and the desired state it compares
-// against is the one that operation synced — is drift.
+// settled — the last operation Succeeded, compared again since, and the
+// desired state it compares against is the one that operation synced — is
+// drift.
 func (d *argoDeployer) watchDrift(ctx context.Context, t *testing.T) *driftWatch {
 	t.Helper()
 	w := newDriftWatch()
@@ -406,10 +407,20 @@ func (d *argoDeployer) watchDrift(ctx context.Context, t *testing.T) *driftWatch
 		if get("status", "sync", "comparedTo", "sources") != nil {
 			src, rev = "sources", "revisions"
 		}
+		// The resources' statuses must also come from a comparison made
+		// after the operation finished: the update that marks it
+		// Succeeded may still carry the statuses compared before its last
+		// step (a Job it created a moment ago OutOfSync).
+		finished, _, _ := unstructured.NestedString(a.Object, "status", "operationState", "finishedAt")
+		reconciled, _, _ := unstructured.NestedString(a.Object, "status", "reconciledAt")
+		fin, errF := time.Parse(time.RFC3339, finished)
+		rec, errR := time.Parse(time.RFC3339, reconciled)
 		why := ""
 		switch {
 		case phase != "Succeeded":
 			why = "operation " + phase
+		case errF != nil || errR != nil || !rec.After(fin):
+			why = fmt.Sprintf("compared at %s, operation finished at %s", reconciled, finished)
 		case !reflect.DeepEqual(get("status", "sync", "comparedTo", src), get("status", "operationState", "syncResult", src)):
 			why = "new " + src
 		case !reflect.DeepEqual(get("status", "sync", rev), get("status", "operationState", "syncResult", rev)):
