@@ -57,7 +57,7 @@ func runArgoFailures(ctx context.Context, t *testing.T, s *stack, d *argoDeploye
 	step("PreflightRefuses", func() {
 		d.patchValues(ctx, t, values(vRefused, deadline))
 		d.waitRetrying(ctx, t, "PreSync", "-preflight")
-		s.check(ctx, v1, reboots)
+		s.checkNodes(ctx, v1, reboots)
 		s.mirror(ctx, vRefused)
 		stop := s.approveEach(ctx)
 		d.syncs++

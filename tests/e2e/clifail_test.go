@@ -42,7 +42,7 @@ func runCLIFailures(ctx context.Context, t *testing.T, s *stack, h *helmCLI, upg
 		}
 		t.Logf("the user's terminal:\n%s", tail(out, 12))
 		h.checkStatus(ctx, t, "failed", "pre-upgrade hooks failed")
-		s.check(ctx, v1, reboots)
+		s.checkNodes(ctx, v1, reboots)
 		s.mirror(ctx, vRefused)
 		stop := s.approveEach(ctx)
 		if out, err := upgrade("driver.version=" + vRefused); err != nil {

@@ -68,7 +68,7 @@ func runFluxFailures(ctx context.Context, t *testing.T, s *stack, d *fluxDeploye
 		if !strings.Contains(log, "no such tag") || !strings.Contains(log, vRefused) {
 			t.Errorf("the preflight Job's log does not name the missing %s image:\n%s", vRefused, tail(log, 20))
 		}
-		s.check(ctx, v1, reboots) // refused before any node was touched
+		s.checkNodes(ctx, v1, reboots) // refused before any node was touched
 		s.mirror(ctx, vRefused)
 		d.retry(ctx, t, s, vRefused)
 		reboots++

@@ -150,6 +150,16 @@ func (s *stack) names() []string {
 // plugin started after its driver was ready.
 func (s *stack) check(ctx context.Context, version string, reboots int) {
 	s.t.Helper()
+	s.checkNodes(ctx, version, reboots)
+	s.checkStartedAfterDriver(ctx, s.ns, "app.kubernetes.io/component="+contract.ComponentDevicePlugin, "device plugin")
+}
+
+// checkNodes is check's part on the Nodes and hosts: every node runs
+// version, was rebooted reboots times, is schedulable (but the
+// pre-cordoned one) and carries no state label. After a refused upgrade
+// it shows that no node was touched.
+func (s *stack) checkNodes(ctx context.Context, version string, reboots int) {
+	s.t.Helper()
 	for _, pn := range s.nodes {
 		n, err := env.Client.CoreV1().Nodes().Get(ctx, pn.Name(), metav1.GetOptions{})
 		if err != nil {
@@ -172,7 +182,6 @@ func (s *stack) check(ctx context.Context, version string, reboots int) {
 			s.t.Errorf("%s: state label %q left", n.Name, v)
 		}
 	}
-	s.checkStartedAfterDriver(ctx, s.ns, "app.kubernetes.io/component="+contract.ComponentDevicePlugin, "device plugin")
 }
 
 // checkStartedAfterDriver: on every node, the pod selected by selector
