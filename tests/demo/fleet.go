@@ -1,7 +1,9 @@
-// Package demo is the local cluster a newcomer sees: NPU nodes of two
-// driver profiles plus a CPU node for the hook Jobs, all process-backed
-// (hook Jobs, rebooters, driver gates and health-watches really run), and
-// the `make demo` story driven on it.
+// Package demo is the local cluster a newcomer sees: process-backed NPU
+// nodes of two driver profiles (hook Jobs, rebooters, driver gates and
+// health-watches really run), a CPU node for the hook Jobs, and one real
+// 910B and one real 310P node (kubelet, containerd and runc running the
+// chart's pods with the stand-in Ascend driver and images), and the
+// `make demo` story driven on it.
 package demo
 
 import (
@@ -22,14 +24,19 @@ const (
 
 // Fleet are the nodes of the demo cluster.
 type Fleet struct {
-	NPU []*procnode.Node
-	CPU *procnode.Node
+	NPU  []*procnode.Node
+	Real []*RealNode
+	CPU  *procnode.Node
 }
 
-// AddFleet registers n NPU nodes split across the profiles (fresh
-// machines: the driver pod installs the driver on first boot) and one
-// CPU node, which the chart's hook Jobs prefer.
-func AddFleet(ctx context.Context, env *testbed.Env, n int) (*Fleet, error) {
+// Size is the number of NPU nodes, process-backed and real.
+func (f *Fleet) Size() int { return len(f.NPU) + len(f.Real) }
+
+// AddFleet registers n process-backed NPU nodes split across the profiles
+// (fresh machines: the driver pod installs the driver on first boot), one
+// CPU node, which the chart's hook Jobs prefer, and, when real is set,
+// one real node per chip model, as fresh as the others.
+func AddFleet(ctx context.Context, env *testbed.Env, n int, real bool) (*Fleet, error) {
 	if n < 1 {
 		return nil, fmt.Errorf("need at least one NPU node, got %d", n)
 	}
@@ -53,17 +60,23 @@ func AddFleet(ctx context.Context, env *testbed.Env, n int) (*Fleet, error) {
 		return nil, err
 	}
 	f.CPU = cpu[0]
+	if real {
+		if f.Real, err = addRealNodes(ctx, env); err != nil {
+			return nil, err
+		}
+	}
 	return f, nil
 }
 
 // Values are chart values for the demo cluster at driver version: manual
 // upgrades (the chart's default), automatic chip recovery, timings scaled
-// to seconds.
-func Values(version string) map[string]any {
+// to seconds, and a profile for each real node's kernel.
+func (f *Fleet) Values(version string) map[string]any {
 	profiles := []any{}
 	for _, chip := range Profiles {
 		profiles = append(profiles, map[string]any{"name": chip, "chip": chip, "kernel": Kernel, "os": OS, "nodeSelector": map[string]any{}})
 	}
+	profiles = append(profiles, f.realProfiles()...)
 	return map[string]any{
 		"driver": map[string]any{
 			"version":  version,
@@ -72,8 +85,8 @@ func Values(version string) map[string]any {
 				"rebootTimeoutSeconds": 300},
 		},
 		"recoveryPolicy": map[string]any{"autoRecover": true, "maxWedgedNodes": "50%"},
-		// Simulated machines boot in a second: no uptime guard; metrics
-		// off because every node shares one loopback.
+		// Test-bed machines boot in seconds: no uptime guard; metrics
+		// off because every process node shares one loopback.
 		"rebooter":    map[string]any{"uptimeGuardMinutes": 0, "metricsPort": 0, "slots": 2},
 		"healthWatch": map[string]any{"probeIntervalSeconds": 2, "probeTimeoutSeconds": 2, "failureThreshold": 3, "metricsPort": 0},
 		"hooks": map[string]any{"resume": map[string]any{"enabled": false},

@@ -31,6 +31,8 @@ type Story struct {
 	keys  contract.Keys
 	start time.Time
 	stats map[string]*nodeStats
+	// reboots are the reboots each real node has had to have so far.
+	reboots map[string]int
 }
 
 type nodeStats struct {
@@ -57,6 +59,16 @@ func (s *Story) Run(ctx context.Context) error {
 		}
 		s.stats[n.Name()] = &nodeStats{profile: st.Chip}
 	}
+	s.reboots = map[string]int{}
+	for _, n := range s.Fleet.Real {
+		s.stats[n.Name()] = &nodeStats{profile: n.Chip}
+	}
+	if len(s.Fleet.Real) > 0 {
+		s.title("stand-in Ascend driver %s and %s, device plugin and exporter images for the real nodes", v1, v2)
+		if err := s.pushStandins(ctx, v1, v2); err != nil {
+			return err
+		}
+	}
 	stop := s.watchNodes(ctx)
 	defer stop()
 	h := s.Env.Helm(s.Namespace)
@@ -66,17 +78,23 @@ func (s *Story) Run(ctx context.Context) error {
 		chart = p.ChartRef() + " --version " + p.ChartVersion + " --set imageRegistry=" + p.Registry
 	}
 	s.title("1/4 install: helm install %s %s --set driver.version=%s", s.Release, chart, v1)
-	if _, err := h.Install(ctx, s.Release, Values(v1), testbed.InstallOptions{Timeout: 10 * time.Minute}); err != nil {
+	if _, err := h.Install(ctx, s.Release, s.values(v1), testbed.InstallOptions{Timeout: 10 * time.Minute}); err != nil {
 		return err
 	}
 	if err := s.expect(ctx, v1); err != nil {
+		return err
+	}
+	if err := s.realServing(ctx, true); err != nil {
+		return err
+	}
+	if err := s.checkReal(v1); err != nil {
 		return err
 	}
 
 	s.title("2/4 upgrade in manual mode: helm upgrade %s %s --set driver.version=%s", s.Release, chart, v2)
 	upErr := make(chan error, 1)
 	go func() {
-		_, err := h.Upgrade(ctx, s.Release, Values(v2), testbed.InstallOptions{Timeout: 10 * time.Minute})
+		_, err := h.Upgrade(ctx, s.Release, s.values(v2), testbed.InstallOptions{Timeout: 10 * time.Minute})
 		upErr <- err
 	}()
 	if err := s.waitSome(ctx, "the first nodes drained, waiting for approval (nothing reboots before it)", func(n *corev1.Node) bool {
@@ -96,29 +114,35 @@ func (s *Story) Run(ctx context.Context) error {
 	if err := s.expect(ctx, v2); err != nil {
 		return err
 	}
+	s.rebootedAll()
+	if err := s.realServing(ctx, false); err != nil {
+		return err
+	}
+	if err := s.checkReal(v2); err != nil {
+		return err
+	}
 	if err := s.shell(ctx, "kubectl get events -A --field-selector reason=RebootRequired -o custom-columns=NODE:.involvedObject.name,MESSAGE:.message"); err != nil {
 		return err
 	}
 
 	victim := s.Fleet.NPU[0]
 	s.title("3/4 self-healing: chip 3 of %s wedges; autoRecover reboots it", victim.Name())
-	boot := s.bootID(ctx, victim.Name())
-	if err := victim.Host().Wedge(3); err != nil {
+	if err := s.heal(ctx, victim.Name(), func() error { return victim.Host().Wedge(3) }); err != nil {
 		return err
 	}
-	if err := s.waitNode(ctx, victim.Name(), "wedge detected (reboot-required, reason=recovery)", func(n *corev1.Node) bool {
-		return n.Labels[s.keys.RebootRequired()] == contract.True && n.Annotations[s.keys.RebootReason()] == string(contract.ReasonRecovery)
-	}); err != nil {
-		return err
-	}
-	if err := s.waitNode(ctx, victim.Name(), "rebooted, driver ready, uncordoned", func(n *corev1.Node) bool {
-		return n.Status.NodeInfo.BootID != boot && n.Labels[s.keys.DriverReady()] == contract.True &&
-			n.Labels[s.keys.RebootRequired()] == "" && !n.Spec.Unschedulable
-	}); err != nil {
-		return err
-	}
-	if err := s.shell(ctx, "kubectl get events -A --field-selector involvedObject.name="+victim.Name()+" -o custom-columns=REASON:.reason,MESSAGE:.message | grep -E 'ChipWedged|RebootRequired|RebootCompleted'"); err != nil {
-		return err
+	if len(s.Fleet.Real) > 0 {
+		real := s.Fleet.Real[0]
+		s.title("3/4 self-healing on real node %s: npu-smi reports chip 3 Critical (chips.json)", real.Name())
+		if err := s.heal(ctx, real.Name(), func() error { return real.SetChipHealth(3, "Critical") }); err != nil {
+			return err
+		}
+		s.reboots[real.Name()]++
+		if err := s.realServing(ctx, false); err != nil {
+			return err
+		}
+		if err := s.checkReal(v2); err != nil {
+			return err
+		}
 	}
 
 	s.title("4/4 rollback: helm rollback %s 1 (back to %s), approved up front", s.Release, v1)
@@ -131,7 +155,46 @@ func (s *Story) Run(ctx context.Context) error {
 	if err := s.expect(ctx, v1); err != nil {
 		return err
 	}
+	s.rebootedAll()
+	if err := s.realServing(ctx, false); err != nil {
+		return err
+	}
+	if err := s.checkReal(v1); err != nil {
+		return err
+	}
 	return s.summary()
+}
+
+func (s *Story) values(version string) map[string]any { return s.Fleet.Values(version) }
+
+// rebootedAll records that a driver change has rebooted every real node
+// once.
+func (s *Story) rebootedAll() {
+	for _, n := range s.Fleet.Real {
+		s.reboots[n.Name()]++
+	}
+}
+
+// heal wedges a chip of node name and waits for automatic recovery: the
+// wedge reported, the node rebooted, its driver ready and uncordoned, with
+// the events that tell it.
+func (s *Story) heal(ctx context.Context, name string, wedge func() error) error {
+	boot := s.bootID(ctx, name)
+	if err := wedge(); err != nil {
+		return err
+	}
+	if err := s.waitNode(ctx, name, "wedge detected (reboot-required, reason=recovery)", func(n *corev1.Node) bool {
+		return n.Labels[s.keys.RebootRequired()] == contract.True && n.Annotations[s.keys.RebootReason()] == string(contract.ReasonRecovery)
+	}); err != nil {
+		return err
+	}
+	if err := s.waitNode(ctx, name, "rebooted, driver ready, uncordoned", func(n *corev1.Node) bool {
+		return n.Status.NodeInfo.BootID != boot && n.Labels[s.keys.DriverReady()] == contract.True &&
+			n.Labels[s.keys.RebootRequired()] == "" && !n.Spec.Unschedulable
+	}); err != nil {
+		return err
+	}
+	return s.shell(ctx, "kubectl get events -A --field-selector involvedObject.name="+name+" -o custom-columns=REASON:.reason,MESSAGE:.message | grep -E 'ChipWedged|RebootRequired|RebootCompleted'")
 }
 
 func (s *Story) title(format string, args ...any) {
@@ -166,7 +229,7 @@ func (s *Story) waitAll(ctx context.Context, what string, cond func(*corev1.Node
 				return false, nil
 			}
 		}
-		return len(ns) == len(s.Fleet.NPU), nil
+		return len(ns) == s.Fleet.Size(), nil
 	})
 	if err != nil {
 		return fmt.Errorf("waiting for %s: %w", what, err)
@@ -286,7 +349,7 @@ func (s *Story) bar(states map[string]string) string {
 			idle++
 		}
 	}
-	total := len(s.Fleet.NPU)
+	total := s.Fleet.Size()
 	width := 20
 	filled := idle * width / total
 	return fmt.Sprintf("[%s%s] %d/%d idle", strings.Repeat("#", filled), strings.Repeat(".", width-filled), idle, total)
@@ -302,15 +365,11 @@ func (s *Story) summary() error {
 	sort.Strings(names)
 	for _, name := range names {
 		st := s.stats[name]
-		node, ok := s.Env.ProcessNode(name)
-		if !ok {
-			return fmt.Errorf("node %s vanished", name)
-		}
-		hs, err := node.Host().State()
+		driver, reboots, err := s.nodeDriver(name)
 		if err != nil {
 			return err
 		}
-		s.printf("%-14s %-8s %-9s %-8d %s\n", name, st.profile, hs.LoadedDriver, hs.Reboots, st.busy.Truncate(100*time.Millisecond))
+		s.printf("%-14s %-8s %-9s %-8d %s\n", name, st.profile, driver, reboots, st.busy.Truncate(100*time.Millisecond))
 	}
 	return nil
 }

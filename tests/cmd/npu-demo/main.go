@@ -1,7 +1,10 @@
 // Command npu-demo is `make demo`: a local control plane with simulated
-// NPU nodes, the chart installed, upgraded in manual mode, a chip wedge
-// healed and the release rolled back, all with the real hook Jobs and node
-// agents; it leaves nothing running.
+// NPU nodes and one real 910B and one real 310P node (upstream kubelet,
+// containerd and runc; stand-in Ascend driver and images), the chart
+// installed, upgraded in manual mode, a chip wedge healed and the release
+// rolled back, all with the real hook Jobs and node agents; it leaves
+// nothing running. DEMO_NODES is the number of simulated NPU nodes;
+// DEMO_REAL_NODES=0 leaves the real nodes out (they need root).
 package main
 
 import (
@@ -33,12 +36,24 @@ func run() error {
 		}
 		nodes = n
 	}
+	real := true
+	switch v := os.Getenv("DEMO_REAL_NODES"); v {
+	case "", "1":
+	case "0":
+		real = false
+	default:
+		return fmt.Errorf("DEMO_REAL_NODES=%q: want 1 (one real 910B and one real 310P node, the default) or 0 (none)", v)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	ctx, cancel := context.WithTimeout(ctx, 20*time.Minute)
 	defer cancel()
 
-	fmt.Printf("== starting a local Kubernetes v1.37 control plane with %d simulated NPU nodes\n", nodes)
+	fmt.Printf("== starting a local Kubernetes v1.37 control plane with %d simulated NPU nodes", nodes)
+	if real {
+		fmt.Print(" and a real 910B and 310P node (kubelet, containerd, runc)")
+	}
+	fmt.Println()
 	env, err := testbed.NewEnv(ctx, testbed.Options{})
 	if err != nil {
 		return err
@@ -48,7 +63,7 @@ func run() error {
 			fmt.Fprintf(os.Stderr, "npu-demo: stop: %v\n", err)
 		}
 	}()
-	fleet, err := demo.AddFleet(ctx, env, nodes)
+	fleet, err := demo.AddFleet(ctx, env, nodes, real)
 	if err != nil {
 		return err
 	}
