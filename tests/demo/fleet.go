@@ -8,7 +8,9 @@ package demo
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"path/filepath"
 
 	"github.com/openfuyao/npu-stack/tests/testbed"
 	"github.com/openfuyao/npu-stack/tests/testbed/procnode"
@@ -27,6 +29,8 @@ type Fleet struct {
 	NPU  []*procnode.Node
 	Real []*RealNode
 	CPU  *procnode.Node
+
+	standins *standins // of the real nodes
 }
 
 // Size is the number of NPU nodes, process-backed and real.
@@ -41,6 +45,34 @@ func AddFleet(ctx context.Context, env *testbed.Env, n int, real bool) (*Fleet, 
 		return nil, fmt.Errorf("need at least one NPU node, got %d", n)
 	}
 	f := &Fleet{}
+	type built struct {
+		b   *standins
+		err error
+	}
+	var standinsDone chan built
+	if real {
+		// Built while the nodes start; waited for before AddFleet
+		// returns, also on failure, so nothing writes into env.Dir after.
+		standinsDone = make(chan built, 1)
+		go func() {
+			b, err := buildStandins(ctx, filepath.Join(env.Dir, "standin"))
+			standinsDone <- built{b, err}
+		}()
+	}
+	err := f.addNodes(ctx, env, n, real)
+	if real {
+		r := <-standinsDone
+		f.standins = r.b
+		err = errors.Join(err, r.err)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return f, nil
+}
+
+// addNodes starts the nodes of AddFleet.
+func (f *Fleet) addNodes(ctx context.Context, env *testbed.Env, n int, real bool) error {
 	for i, chip := range Profiles {
 		count := n / len(Profiles)
 		if i < n%len(Profiles) {
@@ -51,21 +83,19 @@ func AddFleet(ctx context.Context, env *testbed.Env, n int, real bool) (*Fleet, 
 		}
 		nodes, err := env.AddProcessNodes(ctx, count, testbed.NodeSpec{Prefix: "npu-" + chip, Chip: chip, Kernel: Kernel, OS: OS})
 		if err != nil {
-			return nil, err
+			return err
 		}
 		f.NPU = append(f.NPU, nodes...)
 	}
 	cpu, err := env.AddProcessNodes(ctx, 1, testbed.NodeSpec{Prefix: "cpu", CPU: true})
 	if err != nil {
-		return nil, err
+		return err
 	}
 	f.CPU = cpu[0]
 	if real {
-		if f.Real, err = addRealNodes(ctx, env); err != nil {
-			return nil, err
-		}
+		f.Real, err = addRealNodes(ctx, env)
 	}
-	return f, nil
+	return err
 }
 
 // Values are chart values for the demo cluster at driver version: manual

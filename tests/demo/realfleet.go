@@ -2,6 +2,7 @@ package demo
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -73,17 +74,66 @@ func (f *Fleet) realProfiles() []any {
 	return out
 }
 
-// pushStandins builds the stand-in driver packages of both driver
-// versions and pushes, at the references the chart renders, the stand-in
-// driver images of the real nodes' profiles, the device plugin and the
-// exporter: the images containerd on the real nodes pulls. Process nodes
-// pull nothing.
-func (s *Story) pushStandins(ctx context.Context, versions ...string) error {
+// standins are the stand-in Ascend artefacts of the real nodes: the
+// driver user space (so package and image) of each model at each demo
+// version, the device plugin and the exporter.
+type standins struct {
+	kit    *standin.Kit                  // v1: every model, the agents' binaries
+	spaces map[string]*standin.UserSpace // v2, by model
+}
+
+// driverImage is the stand-in driver image of model at version.
+func (b *standins) driverImage(version, model string) (ggcrv1.ImageIndex, error) {
+	if version == b.kit.Version {
+		return b.kit.DriverImage(model)
+	}
+	u, ok := b.spaces[model]
+	if !ok || u.Version != version {
+		return nil, fmt.Errorf("stand-in driver %s of %s: not built", version, model)
+	}
+	return u.DriverImage()
+}
+
+// buildStandins compiles the stand-ins into dir, the two versions at once
+// (gcc and go build each use one core at a time): a few seconds of the
+// demo's start, while its nodes boot.
+func buildStandins(ctx context.Context, dir string) (*standins, error) {
 	root, err := testbed.RepoRoot()
 	if err != nil {
-		return err
+		return nil, err
 	}
-	dir := filepath.Join(s.Env.Dir, "standin")
+	b := &standins{spaces: map[string]*standin.UserSpace{}}
+	models := []string{standin.Model910B, standin.Model310P}
+	type result struct {
+		model string
+		u     *standin.UserSpace
+		err   error
+	}
+	done := make(chan result, len(models))
+	for _, m := range models {
+		go func() {
+			u, err := standin.BuildUserSpace(ctx, filepath.Join(dir, v2, "driver-"+m), v2, m)
+			done <- result{m, u, err}
+		}()
+	}
+	b.kit, err = standin.BuildKit(ctx, root, filepath.Join(dir, v1), v1, models...)
+	var errs []error
+	for range models {
+		r := <-done
+		b.spaces[r.model] = r.u
+		errs = append(errs, r.err)
+	}
+	if err := errors.Join(append(errs, err)...); err != nil {
+		return nil, fmt.Errorf("stand-in Ascend artefacts: %w", err)
+	}
+	return b, nil
+}
+
+// pushStandins pushes, at the references the chart renders, the stand-in
+// driver images of the real nodes' profiles at each version, the device
+// plugin and the exporter: the images containerd on the real nodes pulls.
+// Process nodes pull them too and simulate them.
+func (s *Story) pushStandins(ctx context.Context, versions ...string) error {
 	push := func(ref string, build func() (ggcrv1.ImageIndex, error)) error {
 		img, err := build()
 		if err != nil {
@@ -91,11 +141,8 @@ func (s *Story) pushStandins(ctx context.Context, versions ...string) error {
 		}
 		return ociimage.Push(ctx, ref, img, remote.WithContext(ctx), remote.WithAuthFromKeychain(s.Env.Registry.Keychain()))
 	}
+	b := s.Fleet.standins
 	for i, version := range versions {
-		kit, err := standin.BuildKit(ctx, root, filepath.Join(dir, version), version, standin.Model910B, standin.Model310P)
-		if err != nil {
-			return fmt.Errorf("stand-in driver %s: %w", version, err)
-		}
 		images, err := s.renderedImages(ctx, version)
 		if err != nil {
 			return err
@@ -108,14 +155,14 @@ func (s *Story) pushStandins(ctx context.Context, versions ...string) error {
 			if images[ds] == "" {
 				return fmt.Errorf("node %s: no DaemonSet %s in the rendered chart (%v)", n.Name(), ds, images)
 			}
-			if err := push(images[ds], func() (ggcrv1.ImageIndex, error) { return kit.DriverImage(n.Chips.Model) }); err != nil {
+			if err := push(images[ds], func() (ggcrv1.ImageIndex, error) { return b.driverImage(version, n.Chips.Model) }); err != nil {
 				return fmt.Errorf("node %s: %w", n.Name(), err)
 			}
 		}
 		if i > 0 {
 			continue // the vendor agents' tags do not follow the driver version
 		}
-		for ds, build := range map[string]func() (ggcrv1.ImageIndex, error){"device-plugin": kit.DevicePluginImage, "exporter": kit.ExporterImage} {
+		for ds, build := range map[string]func() (ggcrv1.ImageIndex, error){"device-plugin": b.kit.DevicePluginImage, "exporter": b.kit.ExporterImage} {
 			if images[ds] == "" {
 				return fmt.Errorf("no DaemonSet %s in the rendered chart (%v)", ds, images)
 			}
@@ -123,6 +170,7 @@ func (s *Story) pushStandins(ctx context.Context, versions ...string) error {
 				return err
 			}
 		}
+		s.workloadImage = images["device-plugin"]
 	}
 	return nil
 }

@@ -13,6 +13,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/openfuyao/npu-stack/internal/contract"
@@ -33,6 +34,10 @@ type Story struct {
 	stats map[string]*nodeStats
 	// reboots are the reboots each real node has had to have so far.
 	reboots map[string]int
+	// workloadImage is an image real nodes run (the stand-in device
+	// plugin's); workload the UID of the workload's pod last seen.
+	workloadImage string
+	workload      types.UID
 }
 
 type nodeStats struct {
@@ -65,7 +70,7 @@ func (s *Story) Run(ctx context.Context) error {
 	}
 	if len(s.Fleet.Real) > 0 {
 		s.title("stand-in Ascend driver %s and %s, device plugin and exporter images for the real nodes", v1, v2)
-		if err := s.pushStandins(ctx, v1, v2); err != nil {
+		if err := s.pushStandins(ctx, v1, v2); err != nil { // built by AddFleet
 			return err
 		}
 	}
@@ -89,6 +94,12 @@ func (s *Story) Run(ctx context.Context) error {
 	}
 	if err := s.checkReal(v1); err != nil {
 		return err
+	}
+	if len(s.Fleet.Real) > 0 {
+		var err error
+		if s.workload, err = s.startWorkload(ctx, s.workloadImage); err != nil {
+			return err
+		}
 	}
 
 	s.title("2/4 upgrade in manual mode: helm upgrade %s %s --set driver.version=%s", s.Release, chart, v2)
@@ -114,11 +125,7 @@ func (s *Story) Run(ctx context.Context) error {
 	if err := s.expect(ctx, v2); err != nil {
 		return err
 	}
-	s.rebootedAll()
-	if err := s.realServing(ctx, false); err != nil {
-		return err
-	}
-	if err := s.checkReal(v2); err != nil {
+	if err := s.realUpgraded(ctx, v2); err != nil {
 		return err
 	}
 	if err := s.shell(ctx, "kubectl get events -A --field-selector reason=RebootRequired -o custom-columns=NODE:.involvedObject.name,MESSAGE:.message"); err != nil {
@@ -143,6 +150,11 @@ func (s *Story) Run(ctx context.Context) error {
 		if err := s.checkReal(v2); err != nil {
 			return err
 		}
+		// The recovery drained the node: the workload is back on a new pod.
+		var err error
+		if s.workload, err = s.workloadRunning(ctx, s.workload); err != nil {
+			return err
+		}
 	}
 
 	s.title("4/4 rollback: helm rollback %s 1 (back to %s), approved up front", s.Release, v1)
@@ -155,11 +167,7 @@ func (s *Story) Run(ctx context.Context) error {
 	if err := s.expect(ctx, v1); err != nil {
 		return err
 	}
-	s.rebootedAll()
-	if err := s.realServing(ctx, false); err != nil {
-		return err
-	}
-	if err := s.checkReal(v1); err != nil {
+	if err := s.realUpgraded(ctx, v1); err != nil {
 		return err
 	}
 	return s.summary()
@@ -167,12 +175,26 @@ func (s *Story) Run(ctx context.Context) error {
 
 func (s *Story) values(version string) map[string]any { return s.Fleet.Values(version) }
 
-// rebootedAll records that a driver change has rebooted every real node
-// once.
-func (s *Story) rebootedAll() {
+// realUpgraded checks the real nodes after a driver change to version:
+// each rebooted once more, serving its chips with the stack running, and
+// the workload's pod evicted by the drain and replaced by one that got its
+// chip again.
+func (s *Story) realUpgraded(ctx context.Context, version string) error {
+	if len(s.Fleet.Real) == 0 {
+		return nil
+	}
 	for _, n := range s.Fleet.Real {
 		s.reboots[n.Name()]++
 	}
+	if err := s.realServing(ctx, false); err != nil {
+		return err
+	}
+	if err := s.checkReal(version); err != nil {
+		return err
+	}
+	uid, err := s.workloadRunning(ctx, s.workload)
+	s.workload = uid
+	return err
 }
 
 // heal wedges a chip of node name and waits for automatic recovery: the
