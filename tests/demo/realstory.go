@@ -78,7 +78,10 @@ func waitStackRunning(ctx context.Context, n *RealNode) error {
 		return slices.Equal(running, stackContainers), nil
 	})
 	if err != nil {
-		return fmt.Errorf("node %s: containers running %v, want %v: %w (last crictl error: %v)", n.Name(), running, stackContainers, err, last)
+		if last != nil {
+			err = fmt.Errorf("%w (last crictl error: %w)", err, last)
+		}
+		return fmt.Errorf("node %s: containers running %v, want %v: %w", n.Name(), running, stackContainers, err)
 	}
 	return nil
 }

@@ -92,8 +92,11 @@ func (s *Story) workloadRunning(ctx context.Context, before types.UID) (types.UI
 		line = strings.TrimSpace(string(b))
 		return err == nil && strings.HasSuffix(string(b), "\n"), nil
 	})
-	if err != nil || !oneChip.MatchString(line) {
-		return "", fmt.Errorf("workload pod %s on %s: log %q, want one chip's /dev/davinci<N> and /dev/davinci_manager (%v)", pod.Name, node.Name(), line, err)
+	if err != nil {
+		return "", fmt.Errorf("workload pod %s on %s: log %q: %w", pod.Name, node.Name(), line, err)
+	}
+	if !oneChip.MatchString(line) {
+		return "", fmt.Errorf("workload pod %s on %s: log %q, want one chip's /dev/davinci<N> and /dev/davinci_manager", pod.Name, node.Name(), line)
 	}
 	s.printf("   ✓ workload pod %s on %s asked for 1 %s and got %s (+%s)\n", pod.Name, node.Name(), node.Chips.ResourceName(), strings.TrimPrefix(line, "devices: "), s.elapsed())
 	return pod.UID, nil
