@@ -1,10 +1,10 @@
 // Command npu-demo is `make demo`: a local control plane with simulated
-// NPU nodes and one real 910B and one real 310P node (upstream kubelet,
-// containerd and runc; stand-in Ascend driver and images), the chart
-// installed, upgraded in manual mode, a chip wedge healed and the release
-// rolled back, all with the real hook Jobs and node agents; it leaves
-// nothing running. DEMO_NODES is the number of simulated NPU nodes;
-// DEMO_REAL_NODES=0 leaves the real nodes out (they need root).
+// NPU nodes, the chart installed, upgraded in manual mode, a chip wedge
+// healed and the release rolled back, all with the real hook Jobs and node
+// agents; it leaves nothing running. DEMO_NODES is the number of simulated
+// NPU nodes; DEMO_REAL_NODES=1 adds one real 910B and one real 310P node
+// (upstream kubelet, containerd and runc; stand-in Ascend driver and
+// images; they need root).
 package main
 
 import (
@@ -36,13 +36,13 @@ func run() error {
 		}
 		nodes = n
 	}
-	real := true
+	real := false
 	switch v := os.Getenv("DEMO_REAL_NODES"); v {
-	case "", "1":
-	case "0":
-		real = false
+	case "", "0":
+	case "1":
+		real = true
 	default:
-		return fmt.Errorf("DEMO_REAL_NODES=%q: want 1 (one real 910B and one real 310P node, the default) or 0 (none)", v)
+		return fmt.Errorf("DEMO_REAL_NODES=%q: want 1 (one real 910B and one real 310P node) or 0 (none, the default)", v)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
