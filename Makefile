@@ -15,8 +15,9 @@ NODES_DIR ?= $(CURDIR)/.cache/nodes
 export NPU_STACK_NODES_DIR := $(NODES_DIR)
 # Integration packages start a control plane each and spend most of their
 # time waiting for simulated reboots and timeouts, not on the CPU: three at
-# a time fit 2 cores and 24 GiB.
-TEST_FLAGS ?= -count=1 -p 3 -timeout 45m
+# a time fit 2 cores and 24 GiB. The longest, tests/e2e (every deployer's
+# story and failure stories), takes about half an hour on a quiet machine.
+TEST_FLAGS ?= -count=1 -p 3 -timeout 60m
 
 .PHONY: all build check test unit fuzz bench lint controlplane engines nodes demo cluster cluster-down clean help images chart release
 
