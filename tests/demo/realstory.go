@@ -2,7 +2,6 @@ package demo
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -55,26 +54,16 @@ func waitStackRunning(ctx context.Context, n *RealNode) error {
 	var running []string
 	var last error
 	err := wait.PollUntilContextTimeout(ctx, time.Second, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
-		out, err := n.Crictl(ctx, "ps", "-o", "json")
+		names, err := n.RunningContainers(ctx)
 		if last = err; err != nil {
 			return false, nil //nolint:nilerr // the runtime may be restarting: ask again
 		}
-		var list struct {
-			Containers []struct {
-				Metadata struct{ Name string } `json:"metadata"`
-				State    string                `json:"state"`
-			} `json:"containers"`
-		}
-		if err := json.Unmarshal(out, &list); err != nil {
-			return false, fmt.Errorf("crictl ps -o json: %w", err)
-		}
 		running = running[:0]
-		for _, c := range list.Containers {
-			if c.State == "CONTAINER_RUNNING" && slices.Contains(stackContainers, c.Metadata.Name) && !slices.Contains(running, c.Metadata.Name) {
-				running = append(running, c.Metadata.Name)
+		for _, name := range names {
+			if slices.Contains(stackContainers, name) {
+				running = append(running, name)
 			}
 		}
-		slices.Sort(running)
 		return slices.Equal(running, stackContainers), nil
 	})
 	if err != nil {

@@ -2,7 +2,6 @@ package realnode_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"slices"
 	"testing"
@@ -142,26 +141,16 @@ func waitStackRunning(ctx context.Context, t *testing.T, node *realnode.Node) {
 	var running []string
 	var last error
 	err := wait.PollUntilContextCancel(ctx, time.Second, true, func(ctx context.Context) (bool, error) {
-		out, err := node.Crictl(ctx, "ps", "-o", "json")
+		names, err := node.RunningContainers(ctx)
 		if last = err; err != nil {
 			return false, nil //nolint:nilerr // the runtime may be restarting: ask again
 		}
-		var list struct {
-			Containers []struct {
-				Metadata struct{ Name string } `json:"metadata"`
-				State    string                `json:"state"`
-			} `json:"containers"`
-		}
-		if err := json.Unmarshal(out, &list); err != nil {
-			return false, err
-		}
 		running = running[:0]
-		for _, c := range list.Containers {
-			if c.State == "CONTAINER_RUNNING" && slices.Contains(stackContainers, c.Metadata.Name) && !slices.Contains(running, c.Metadata.Name) {
-				running = append(running, c.Metadata.Name)
+		for _, name := range names {
+			if slices.Contains(stackContainers, name) {
+				running = append(running, name)
 			}
 		}
-		slices.Sort(running)
 		return slices.Equal(running, stackContainers), nil
 	})
 	if err != nil {

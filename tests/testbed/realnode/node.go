@@ -17,12 +17,14 @@ package realnode
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -336,6 +338,33 @@ func (n *Node) Crictl(ctx context.Context, args ...string) ([]byte, error) {
 		return out, fmt.Errorf("node %s: crictl %s: %w", n.cfg.Name, strings.Join(args, " "), err)
 	}
 	return out, nil
+}
+
+// RunningContainers are the names of the containers the node's runtime
+// runs (crictl ps: the runtime's own view, not the pods' status), sorted,
+// each once.
+func (n *Node) RunningContainers(ctx context.Context) ([]string, error) {
+	out, err := n.Crictl(ctx, "ps", "-o", "json")
+	if err != nil {
+		return nil, err
+	}
+	var list struct {
+		Containers []struct {
+			Metadata struct{ Name string } `json:"metadata"`
+			State    string                `json:"state"`
+		} `json:"containers"`
+	}
+	if err := json.Unmarshal(out, &list); err != nil {
+		return nil, fmt.Errorf("node %s: crictl ps -o json: %w", n.cfg.Name, err)
+	}
+	var names []string
+	for _, c := range list.Containers {
+		if c.State == "CONTAINER_RUNNING" && !slices.Contains(names, c.Metadata.Name) {
+			names = append(names, c.Metadata.Name)
+		}
+	}
+	slices.Sort(names)
+	return names, nil
 }
 
 func (n *Node) startDaemon(name string, args ...string) error {
