@@ -37,8 +37,11 @@ type Env struct {
 	mu        sync.Mutex
 	procNodes []*procnode.Node
 	realNodes []*realnode.Node
-	kit       *realNodeKit
-	seq       int
+	// podNets counts the pod subnets handed to real nodes, so that nodes
+	// started at once get subnets of their own.
+	podNets int
+	kit     *realNodeKit
+	seq     int
 }
 
 // NodeSpec describes simulated NPU nodes to add.

@@ -95,7 +95,8 @@ func (e *Env) AddRealNode(ctx context.Context, spec NodeSpec, opts ...RealNodeOp
 	}
 	labels[RealNodeLabel] = "true"
 	e.mu.Lock()
-	podNet := len(e.realNodes)
+	podNet := e.podNets
+	e.podNets++
 	e.mu.Unlock()
 	chip, chipCount := spec.Chip, spec.ChipCount
 	if spec.CPU {
