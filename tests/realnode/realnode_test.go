@@ -51,13 +51,7 @@ func TestRealNodeEnforcesImageUserOnHostPath(t *testing.T) {
 	stopped := false
 	t.Cleanup(func() {
 		if t.Failed() {
-			for _, d := range []string{"containerd", "kubelet"} {
-				b, _ := os.ReadFile(node.LogPath(d))
-				if len(b) > 6000 {
-					b = b[len(b)-6000:]
-				}
-				t.Logf("%s log of %s (end):\n%s", d, node.Name(), b)
-			}
+			dumpLogs(t, node, "containerd", "kubelet")
 		}
 		if !stopped {
 			_ = node.Stop()
@@ -112,16 +106,7 @@ func TestRealNodeEnforcesImageUserOnHostPath(t *testing.T) {
 	checkTokenNodeClaim(t, node, pod)
 
 	stopped = true
-	if err := node.Stop(); err != nil {
-		t.Fatalf("stop node %s: %v", node.Name(), err)
-	}
-	left, err := node.Leftovers()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(left) > 0 {
-		t.Errorf("node %s left behind:\n%s", node.Name(), strings.Join(left, "\n"))
-	}
+	stopClean(t, node)
 	t.Logf("test wall time %s", time.Since(start).Round(time.Second))
 }
 

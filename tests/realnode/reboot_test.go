@@ -150,16 +150,7 @@ func TestRealNodeRebootThroughSystemBus(t *testing.T) {
 	t.Logf("rebooted %s: boot ID %s -> %s", node.Name(), first, ids[1])
 
 	stopped = true
-	if err := node.Stop(); err != nil {
-		t.Fatalf("stop node %s: %v", node.Name(), err)
-	}
-	left, err := node.Leftovers()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(left) > 0 {
-		t.Errorf("node %s left behind:\n%s", node.Name(), strings.Join(left, "\n"))
-	}
+	stopClean(t, node)
 	t.Logf("test wall time %s", time.Since(start).Round(time.Second))
 }
 

@@ -438,14 +438,15 @@ func logPods(t *testing.T, ns string) {
 // reports what it left behind.
 func stopNode(t *testing.T, node *realnode.Node) {
 	if t.Failed() {
-		for _, d := range []string{"containerd", "kubelet"} {
-			b, _ := os.ReadFile(node.LogPath(d))
-			if len(b) > 6000 {
-				b = b[len(b)-6000:]
-			}
-			t.Logf("%s log of %s (end):\n%s", d, node.Name(), b)
-		}
+		dumpLogs(t, node, "containerd", "kubelet")
 	}
+	stopClean(t, node)
+}
+
+// stopClean stops node and fails the test on anything it left behind
+// (process, mount, namespace, network device).
+func stopClean(t *testing.T, node *realnode.Node) {
+	t.Helper()
 	if err := node.Stop(); err != nil {
 		t.Errorf("stop node %s: %v", node.Name(), err)
 	}
