@@ -65,6 +65,14 @@ func (k Keys) UpgradeSince() string { return k.key("driver-upgrade.since") }
 // UpgradeTarget is the driver version the node is being moved to.
 func (k Keys) UpgradeTarget() string { return k.key("driver-upgrade.target-version") }
 
+// InstalledDriver is the driver version installed on the node's disk,
+// the one its next boot loads, written by the driver pod. It differs from
+// the driver-version label (the loaded driver) between the driver pod's
+// install of a new version, done on the drained node in reboot-required,
+// and the reboot that loads it; the rebooter does not reboot a node in
+// reboot-required before it names the upgrade's target.
+func (k Keys) InstalledDriver() string { return k.key("driver-upgrade.installed-version") }
+
 // UpgradeFailureReason and UpgradeFailureStep explain upgrade-failed.
 func (k Keys) UpgradeFailureReason() string { return k.key("driver-upgrade.failure-reason") }
 func (k Keys) UpgradeFailureStep() string   { return k.key("driver-upgrade.failure-step") }

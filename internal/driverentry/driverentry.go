@@ -1,10 +1,13 @@
 // Package driverentry is the driver pod's entry gate (DESIGN.md §4): it
 // wraps the vendor install command and never unloads a running driver,
 // because Ascend chips do not survive rmmod. On a fresh boot it installs
-// the desired version; with another version loaded it records that one and
-// leaves the switch to the next reboot, which the rollout schedules. Either
-// way the pod then idles, Ready, so a version bump replaces every driver
-// pod at once without touching the chips.
+// the desired version. With another version loaded it records that one,
+// idles Ready, and installs the desired version only once the rollout has
+// drained the node and asks for its reboot (reboot-required): the vendor
+// installer, run over a loaded driver, uninstalls it first and may hot
+// reset the chips, so it must not run under workloads, and the modules it
+// leaves under /lib/modules are what the next boot loads. A version bump
+// therefore replaces every driver pod at once without touching the chips.
 package driverentry
 
 import (
@@ -37,6 +40,9 @@ type Plan struct {
 	// Pending is set when Desired differs from an already loaded version:
 	// only a reboot activates it.
 	Pending bool
+	// Staged: Pending, and Desired was already installed over the loaded
+	// version in this boot; the next boot loads it.
+	Staged bool
 }
 
 // Decide is the gate's whole policy.
@@ -83,7 +89,9 @@ type EventRecorder interface {
 
 // Deps are the gate's collaborators.
 type Deps struct {
-	Nodes  kube.NodeClient
+	Nodes kube.NodeClient
+	// Watch waits for the node's reboot before a pending install.
+	Watch  kube.NodeWaiter
 	Host   host.Host
 	Events EventRecorder
 	Log    logrus.FieldLogger
@@ -97,18 +105,28 @@ func Prepare(ctx context.Context, cfg Config, d Deps) (Plan, error) {
 		return Plan{}, err
 	}
 	log := d.Log.WithFields(logrus.Fields{"node": cfg.NodeName, "desired": cfg.DriverVersion})
-	loaded, err := d.Host.LoadedDriver(ctx)
+	loaded, err := loadedThisBoot(ctx, cfg, d)
 	if err != nil {
 		return Plan{}, fmt.Errorf("node %s: read the loaded driver version: %w", cfg.NodeName, err)
 	}
 	plan := Decide(loaded, cfg.DriverVersion)
+	if plan.Pending {
+		staged, ok, err := cfg.Markers.Staged()
+		if err != nil {
+			return plan, fmt.Errorf("node %s: %w", cfg.NodeName, err)
+		}
+		plan.Staged = ok && staged == plan.Desired
+	}
 	node, err := d.Nodes.Get(ctx, cfg.NodeName)
 	if err != nil {
 		return plan, err
 	}
 	if plan.Install {
 		if err := install(ctx, cfg, d, log); err != nil {
-			return plan, d.installFailed(ctx, cfg, node, err)
+			return plan, d.installFailed(ctx, cfg, node, err, notRequested)
+		}
+		if err := cfg.Markers.SetLoaded(plan.Loaded); err != nil {
+			return plan, fmt.Errorf("node %s: %w", cfg.NodeName, err)
 		}
 	}
 	if err := recordChips(ctx, cfg, d, plan.Install, log); err != nil {
@@ -126,7 +144,14 @@ func Prepare(ctx context.Context, cfg Config, d Deps) (Plan, error) {
 	} else if err := cfg.Markers.SetReady(plan.Loaded); err != nil {
 		return plan, fmt.Errorf("node %s: %w", cfg.NodeName, err)
 	}
-	node, err = d.Nodes.Patch(ctx, cfg.NodeName, kube.NodeChange{Labels: map[string]*string{cfg.Keys.DriverVersion(): kube.Set(plan.Loaded)}})
+	installed := plan.Loaded
+	if plan.Staged {
+		installed = plan.Desired
+	}
+	node, err = d.Nodes.Patch(ctx, cfg.NodeName, kube.NodeChange{
+		Labels:      map[string]*string{cfg.Keys.DriverVersion(): kube.Set(plan.Loaded)},
+		Annotations: map[string]*string{cfg.Keys.InstalledDriver(): kube.Set(installed)},
+	})
 	if err != nil {
 		return plan, err
 	}
@@ -134,30 +159,35 @@ func Prepare(ctx context.Context, cfg Config, d Deps) (Plan, error) {
 	case plan.Install:
 		log.Info("driver installed and loaded")
 		d.Events.Node(node, false, contract.EventDriverLoaded, "driver %s installed and loaded on a fresh boot", plan.Loaded)
+	case plan.Staged:
+		log.WithField("loaded", plan.Loaded).Info("desired driver already installed over the loaded one in this boot; the next reboot loads it")
 	case plan.Pending:
-		log.WithField("loaded", plan.Loaded).Warn("another driver version is loaded; it stays loaded (chips do not survive unloading) and a reboot activates the desired one")
+		log.WithField("loaded", plan.Loaded).Warn("another driver version is loaded; it stays loaded (chips do not survive unloading) until the rollout drains this node and asks for its reboot, when the desired one is installed")
 		d.Events.Node(node, false, contract.EventDriverActivationPending,
-			"driver %s stays loaded (chips cannot survive unloading it); driver %s is activated by the next reboot, which the rollout schedules", plan.Loaded, plan.Desired)
+			"driver %s stays loaded (chips cannot survive unloading it); driver %s is installed once the rollout has drained the node and asks for its reboot, which loads it", plan.Loaded, plan.Desired)
 	default:
 		log.Info("desired driver already loaded")
 	}
 	return plan, nil
 }
 
-// Run prepares the driver, then idles until ctx ends: the driver container
-// must keep running for the pod to stay Ready. A failed install idles too,
-// not Ready (no marker): restarting would run a failing installer again
-// and again on the host; the error is on the node and in the log, and
-// nothing asks for a reboot.
+// Run prepares the driver, installs a pending version when the node's
+// reboot comes, then idles until ctx ends: the driver container must keep
+// running for the pod to stay Ready. A failed install idles too:
+// restarting would run a failing installer again and again on the host;
+// the error is on the node and in the log, and nothing reboots for it.
 func Run(ctx context.Context, cfg Config, d Deps) error {
-	_, err := Prepare(ctx, cfg, d)
+	plan, err := Prepare(ctx, cfg, d)
+	if err == nil && plan.Pending && !plan.Staged {
+		err = stage(ctx, cfg, d)
+	}
 	var failed *InstallError
 	if errors.As(err, &failed) {
-		d.Log.WithError(err).Error("driver install failed; this pod stays not Ready and installs nothing more until it is replaced")
+		d.Log.WithError(err).Error("driver install failed; this pod installs nothing more until it is replaced")
 		<-ctx.Done()
 		return nil
 	}
-	if err != nil {
+	if err != nil && ctx.Err() == nil {
 		return err
 	}
 	<-ctx.Done()
@@ -178,7 +208,7 @@ func (e *InstallError) Unwrap() error { return e.Err }
 // with the fix and driver-ready=false, which holds a rollout's validation
 // (the node stays cordoned with the error) and tells the scheduler-facing
 // parts the driver is not there. It does not touch reboot-required.
-func (d Deps) installFailed(ctx context.Context, cfg Config, node *corev1.Node, err error) error {
+func (d Deps) installFailed(ctx context.Context, cfg Config, node *corev1.Node, err error, then string) error {
 	fix := "; fix: see the installer output in this pod's log (container driver), fix the driver image or driver.installCommand"
 	if _, ok := host.IsProblem(err); ok {
 		fix = "" // its message carries its fix
@@ -189,8 +219,8 @@ func (d Deps) installFailed(ctx context.Context, cfg Config, node *corev1.Node, 
 			last = fmt.Sprintf(" (installer's last words: %q)", l)
 		}
 	}
-	msg := fmt.Sprintf("node %s: driver %s was not installed: %v%s%s; then delete the driver pod on node %s to install again (no reboot is requested; the pod stays not Ready)",
-		cfg.NodeName, cfg.DriverVersion, err, last, fix, cfg.NodeName)
+	msg := fmt.Sprintf("node %s: driver %s was not installed: %v%s%s; then delete the driver pod on node %s to install again (%s)",
+		cfg.NodeName, cfg.DriverVersion, err, last, fix, cfg.NodeName, then)
 	d.Events.Node(node, true, contract.EventDriverInstallFailed, "%s", msg)
 	if _, perr := d.Nodes.Patch(ctx, cfg.NodeName, kube.NodeChange{Labels: map[string]*string{cfg.Keys.DriverReady(): kube.Set(contract.False)}}); perr != nil {
 		d.Log.WithError(perr).Warn("could not set driver-ready=false after the failed install")

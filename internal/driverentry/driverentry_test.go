@@ -7,6 +7,7 @@ import (
 	"io"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sirupsen/logrus"
 	corev1 "k8s.io/api/core/v1"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/openfuyao/npu-stack/internal/contract"
 	"github.com/openfuyao/npu-stack/internal/host/simhost"
+	"github.com/openfuyao/npu-stack/internal/kube"
 	"github.com/openfuyao/npu-stack/internal/kube/kubetest"
 	"github.com/openfuyao/npu-stack/internal/marker"
 )
@@ -60,7 +62,8 @@ func setup(t *testing.T, loaded string) (Config, Deps, *simhost.Host, *events) {
 		NodeName: "n1", Keys: keys, DriverVersion: "25.5.0", DriverRoot: h.Path("/usr/local/Ascend/driver"),
 		Markers: marker.Dir{Path: h.Path("/run/npu-stack")}, InstallCommand: []string{"/install.sh", "--full"},
 	}
-	d := Deps{Nodes: kubetest.NewNodes(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}), Host: h, Events: ev, Log: log}
+	nodes := kubetest.NewNodes(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}})
+	d := Deps{Nodes: nodes, Watch: nodes, Host: h, Events: ev, Log: log}
 	return cfg, d, h, ev
 }
 
@@ -112,17 +115,133 @@ func TestPrepareSameVersionRecordsOnly(t *testing.T) {
 func TestPrepareOtherVersionIdlesOnTheLoadedOne(t *testing.T) {
 	cfg, d, h, ev := setup(t, "25.3.0")
 	plan, err := Prepare(context.Background(), cfg, d)
-	if err != nil || !plan.Pending {
+	if err != nil || !plan.Pending || plan.Staged {
 		t.Fatalf("plan %+v, %v", plan, err)
 	}
 	if st, _ := h.State(); st.Installs != 0 || st.LoadedDriver != "25.3.0" {
 		t.Fatalf("touched the running driver: %+v", st)
 	}
-	if v, ok, _ := cfg.Markers.Ready(); !ok || v != "25.3.0" || label(t, d) != "25.3.0" {
-		t.Fatalf("marker %q %v label %q; want the loaded 25.3.0", v, ok, label(t, d))
+	if v, ok, _ := cfg.Markers.Ready(); !ok || v != "25.3.0" || label(t, d) != "25.3.0" || annotation(t, d, cfg.Keys.InstalledDriver()) != "25.3.0" {
+		t.Fatalf("marker %q %v label %q installed %q; want the loaded 25.3.0", v, ok, label(t, d), annotation(t, d, cfg.Keys.InstalledDriver()))
 	}
-	if len(ev.got) != 1 || !strings.Contains(ev.got[0], "25.5.0 is activated by the next reboot") {
+	if len(ev.got) != 1 || !strings.Contains(ev.got[0], "driver 25.5.0 is installed once the rollout has drained the node") {
 		t.Fatalf("events %v", ev.got)
+	}
+}
+
+func annotation(t *testing.T, d Deps, key string) string {
+	t.Helper()
+	n, err := d.Nodes.Get(context.Background(), "n1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n.Annotations[key]
+}
+
+// run starts Run and returns a stop that ends it and returns its error.
+func run(t *testing.T, cfg Config, d Deps) func() error {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- Run(ctx, cfg, d) }()
+	return func() error { cancel(); return <-done }
+}
+
+// waitAnnotation waits, by the node's own changes, for key to be want.
+func waitAnnotation(t *testing.T, d Deps, key, want string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := d.Watch.Until(ctx, "n1", func(n *corev1.Node) bool { return n.Annotations[key] == want }); err != nil {
+		t.Fatalf("annotation %s never became %q: %v", key, want, err)
+	}
+}
+
+// A pending version is installed over the loaded one only once the
+// rollout has drained the node and asks for its reboot; the loaded
+// version stays what the node reports until that reboot, even after the
+// install rewrote version.info and the driver pod restarted; the boot
+// then loads the installed version and the entry installs nothing more.
+func TestPendingVersionInstalledAtTheReboot(t *testing.T) {
+	cfg, d, h, ev := setup(t, "25.3.0")
+	stop := run(t, cfg, d)
+	waitAnnotation(t, d, cfg.Keys.InstalledDriver(), "25.3.0")
+	// Drained and cordoned, but no reboot asked yet: nothing installed.
+	if _, err := d.Nodes.Patch(context.Background(), "n1", kube.NodeChange{Labels: map[string]*string{cfg.Keys.UpgradeState(): kube.Set("drain-required")}}); err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := h.State(); st.Installs != 0 {
+		t.Fatalf("installed over the loaded driver before the reboot was asked for: %+v", st)
+	}
+	if _, err := d.Nodes.Patch(context.Background(), "n1", kube.NodeChange{Labels: map[string]*string{
+		cfg.Keys.UpgradeState(): kube.Set("reboot-required"), cfg.Keys.RebootRequired(): kube.Set("true")}}); err != nil {
+		t.Fatal(err)
+	}
+	waitAnnotation(t, d, cfg.Keys.InstalledDriver(), "25.5.0")
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	st, _ := h.State()
+	if st.Installs != 1 || st.LoadedDriver != "25.3.0" || st.InstalledDriver != "25.5.0" {
+		t.Fatalf("host after the install over the loaded driver: %+v; want 25.3.0 loaded, 25.5.0 installed", st)
+	}
+	if !strings.HasPrefix(ev.got[len(ev.got)-1], "DriverActivationPending: driver 25.5.0 installed on the drained node") {
+		t.Fatalf("events %v", ev.got)
+	}
+	// A replaced driver pod in the same boot: version.info says 25.5.0,
+	// the kernel still runs 25.3.0.
+	plan, err := Prepare(context.Background(), cfg, d)
+	if err != nil || !plan.Pending || !plan.Staged || plan.Loaded != "25.3.0" || label(t, d) != "25.3.0" {
+		t.Fatalf("after the install, same boot: plan %+v, %v, label %q; want 25.3.0 still loaded, 25.5.0 staged", plan, err, label(t, d))
+	}
+	if st, _ := h.State(); st.Installs != 1 {
+		t.Fatalf("installed again in the same boot: %+v", st)
+	}
+	// The reboot loads what is installed.
+	if err := h.Reboot(context.Background(), "systemd"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.CompleteReboot(); err != nil {
+		t.Fatal(err)
+	}
+	plan, err = Prepare(context.Background(), cfg, d)
+	if err != nil || plan.Pending || plan.Install || label(t, d) != "25.5.0" || annotation(t, d, cfg.Keys.InstalledDriver()) != "25.5.0" {
+		t.Fatalf("after the reboot: plan %+v, %v, label %q; want 25.5.0 loaded by the boot", plan, err, label(t, d))
+	}
+	if st, _ := h.State(); st.Installs != 1 {
+		t.Fatalf("installed again after the reboot: %+v", st)
+	}
+}
+
+// An install over the loaded driver that fails names the node, the
+// version and that the node is not rebooted for it, and records nothing
+// as installed.
+func TestPendingInstallFailureHoldsTheReboot(t *testing.T) {
+	cfg, d, h, ev := setup(t, "25.3.0")
+	if err := h.Update(func(st *simhost.State) error { st.InstallFailure = "ERR_NO:0x0080;ERR_DES: The davinci nodes are occupied"; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.Nodes.Patch(context.Background(), "n1", kube.NodeChange{Labels: map[string]*string{
+		cfg.Keys.UpgradeState(): kube.Set("reboot-required"), cfg.Keys.RebootRequired(): kube.Set("true")}}); err != nil {
+		t.Fatal(err)
+	}
+	stop := run(t, cfg, d)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := d.Watch.Until(ctx, "n1", func(n *corev1.Node) bool { return n.Labels[cfg.Keys.DriverReady()] == "false" }); err != nil {
+		t.Fatal(err)
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if got := annotation(t, d, cfg.Keys.InstalledDriver()); got != "25.3.0" {
+		t.Fatalf("installed-version %q after a failed install; want the loaded 25.3.0 the rebooter must not reboot into 25.5.0 for", got)
+	}
+	last := ev.got[len(ev.got)-1]
+	for _, w := range []string{"DriverInstallFailed", "node n1", "driver 25.5.0", "davinci nodes are occupied", "the rebooter does not reboot the node"} {
+		if !strings.Contains(last, w) {
+			t.Errorf("event %q lacks %q", last, w)
+		}
 	}
 }
 

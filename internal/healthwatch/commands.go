@@ -131,7 +131,9 @@ func (s *shared) driverEntry() *cobra.Command {
 		Short: "Driver pod entry gate: install the driver on a fresh boot, never unload a running one, then idle",
 		Long: "On a fresh boot (no driver loaded) runs the vendor install command and records the loaded version.\n" +
 			"With the desired version loaded it only records it. With another version loaded it records that one and\n" +
-			"idles Ready: chips do not survive unloading a driver, so the next reboot activates the desired version.",
+			"idles Ready: chips do not survive unloading a driver. Once the rollout has drained the node and asks for\n" +
+			"its reboot (driver-upgrade-state=reboot-required), it installs the desired version over the loaded one;\n" +
+			"the rebooter waits for that install, and the reboot loads it.",
 		Args: cobra.ArbitraryArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			log, err := s.logger()
@@ -159,7 +161,7 @@ func (s *shared) driverEntry() *cobra.Command {
 				NodeName: node, Keys: k, DriverVersion: version, DriverRoot: h.Path(root),
 				Markers: marker.Dir{Path: h.Path(markers)}, InstallCommand: args,
 			}
-			return driverentry.Run(cmd.Context(), cfg, driverentry.Deps{Nodes: kube.Nodes{Client: client}, Host: h, Events: rec, Log: log})
+			return driverentry.Run(cmd.Context(), cfg, driverentry.Deps{Nodes: kube.Nodes{Client: client}, Watch: kube.NodeWatch{Client: client}, Host: h, Events: rec, Log: log})
 		},
 	}
 	f := cmd.Flags()

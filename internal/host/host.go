@@ -59,8 +59,10 @@ type Host interface {
 	// LoadedDriver is the NPU driver version in the running kernel, ""
 	// when no driver is loaded.
 	LoadedDriver(ctx context.Context) (string, error)
-	// InstallDriver runs the vendor install command argv to install and
-	// load driver version on a host that has no driver loaded.
+	// InstallDriver runs the vendor install command argv to install
+	// driver version. On a host with no driver loaded the installer loads
+	// it too; over a loaded driver it installs the files and the next boot
+	// loads them.
 	InstallDriver(ctx context.Context, version string, argv []string) error
 	// Path maps an absolute path on the host (such as /run/npu-stack) to
 	// where this process reaches it.

@@ -9,6 +9,12 @@
 //     loaded, the default count a later probe must still see.
 //   - wedged: the health-watch took driver-ready away because the chips
 //     wedged, so it (not the driver entry) restores it if they recover.
+//   - loaded-version: the driver version loaded in this boot, read once
+//     from the host before any install: the vendor installer rewrites
+//     version.info when it installs over a loaded driver, while the old
+//     modules stay loaded until the reboot.
+//   - staged-version: a version the driver pod installed over the loaded
+//     one in this boot, which the next boot loads.
 //
 // Files, not memory, because the containers that write and read them restart
 // independently, and /run being per boot gives the right lifetime for free.
@@ -32,6 +38,8 @@ import (
 const (
 	chipsFile  = "chips-at-load"
 	wedgedFile = "wedged"
+	loadedFile = "loaded-version"
+	stagedFile = "staged-version"
 )
 
 // Dir is the marker directory as this process reaches it (already mapped
@@ -99,6 +107,31 @@ func (d Dir) ChipsAtLoad() (int, bool, error) {
 
 // SetChipsAtLoad records the chip count seen right after the driver loaded.
 func (d Dir) SetChipsAtLoad(n int) error { return d.write(chipsFile, strconv.Itoa(n)) }
+
+// Loaded returns the driver version recorded as loaded in this boot, ok
+// false when none is.
+func (d Dir) Loaded() (string, bool, error) { return d.read(loadedFile) }
+
+// SetLoaded records the driver version loaded in this boot.
+func (d Dir) SetLoaded(version string) error { return d.write(loadedFile, version) }
+
+// Staged returns the version installed over the loaded driver in this
+// boot, ok false when none was.
+func (d Dir) Staged() (string, bool, error) { return d.read(stagedFile) }
+
+// SetStaged records a version installed over the loaded driver.
+func (d Dir) SetStaged(version string) error { return d.write(stagedFile, version) }
+
+func (d Dir) read(name string) (string, bool, error) {
+	b, err := os.ReadFile(d.file(name))
+	if errors.Is(err, os.ErrNotExist) {
+		return "", false, nil
+	}
+	if err != nil {
+		return "", false, fmt.Errorf("read marker %s: %w", name, err)
+	}
+	return strings.TrimSpace(string(b)), true, nil
+}
 
 func (d Dir) write(name, content string) error {
 	if err := os.MkdirAll(d.Path, 0o755); err != nil {

@@ -114,6 +114,10 @@ const (
 	CauseBackoff     Cause = "backoff"
 	CauseGoingDown   Cause = "going-down"
 	CauseDriverReady Cause = "driver-ready"
+	// CauseDriverInstall: the node is in the rollout's reboot-required and
+	// its driver pod has not yet installed the upgrade's target version,
+	// so the reboot would load the old driver again.
+	CauseDriverInstall Cause = "driver-install"
 )
 
 // Action is Decide's answer.
@@ -226,6 +230,9 @@ func Decide(f Facts, p Policy, now time.Time) Action {
 		return wait(Action{Cause: CauseApproval, Event: contract.EventRebootPending,
 			Why: fmt.Sprintf("reboot (reason=%s) waits for approval: %s", reasonText(reason), approveCommand(n.Name, k))})
 	}
+	if why := installPending(n, k); why != "" {
+		return wait(Action{Cause: CauseDriverInstall, Event: contract.EventRebootPending, Why: fmt.Sprintf("reboot (reason=%s) %s", reasonText(reason), why)})
+	}
 	if f.Uptime < p.UptimeGuard {
 		left := p.UptimeGuard - f.Uptime
 		return wait(Action{Cause: CauseUptime, Event: contract.EventRebootPending, Until: now.Add(left),
@@ -248,6 +255,24 @@ func Decide(f Facts, p Policy, now time.Time) Action {
 	return Action{Kind: Reboot, Reason: reason, Record: true, Drain: reason == contract.ReasonRecovery, ConsumeApproval: approved,
 		History: p.Budget.Record(history, entry),
 		Why:     fmt.Sprintf("reboot (reason=%s, for %s) authorised by %s", reasonText(reason), entry.Purpose(), authority(auto, reason))}
+}
+
+// installPending says why a node in the rollout's reboot-required must
+// not reboot yet: its driver pod (which records driver-upgrade.installed-
+// version) has not installed the upgrade's target, so the boot would load
+// the old driver again. "" when the reboot may go ahead: no upgrade in
+// reboot-required, no driver pod managing the driver (no installed-version
+// record), the target installed, or already loaded.
+func installPending(n *corev1.Node, k contract.Keys) string {
+	target := n.Annotations[k.UpgradeTarget()]
+	installed, managed := n.Annotations[k.InstalledDriver()]
+	if n.Labels[k.UpgradeState()] != string(contract.StateRebootRequired) || !managed || target == "" ||
+		installed == target || n.Labels[k.DriverVersion()] == target {
+		return ""
+	}
+	return fmt.Sprintf("waits for the driver pod on node %s to install driver %s (%s=%s): the reboot would load %s again. "+
+		"The driver pod installs it now that the node is drained; if its DriverInstallFailed event names an error, fix the driver image or driver.installCommand and delete the driver pod on node %s",
+		n.Name, target, k.InstalledDriver(), installed, installed, n.Name)
 }
 
 // cordon takes the node's cordon for a recovery reboot. A node the

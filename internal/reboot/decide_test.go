@@ -49,6 +49,19 @@ func pending(reason string, annotations ...string) *corev1.Node {
 	return node(map[string]string{"reboot-required": "true"}, ann)
 }
 
+// inReboot is a node in the rollout's reboot-required state with a reboot
+// pending for reason: loaded driver, installed-version ("" for no record)
+// and the upgrade's target.
+func inReboot(reason, loaded, installed, target string) *corev1.Node {
+	n := pending(reason, "driver-upgrade.target-version", target)
+	n.Labels[keys.UpgradeState()] = "reboot-required"
+	n.Labels[keys.DriverVersion()] = loaded
+	if installed != "" {
+		n.Annotations[keys.InstalledDriver()] = installed
+	}
+	return n
+}
+
 func facts(n *corev1.Node) Facts {
 	return Facts{Node: n, BootID: "boot-1", Uptime: time.Hour, Fleet: Fleet{NPUNodes: 10, Wedged: 1}}
 }
@@ -102,6 +115,24 @@ func TestDecide(t *testing.T) {
 		{name: "approved upgrade takes a slot", facts: facts(pending("upgrade", "approve-reboot", "true")), want: Action{Kind: AcquireSlot}},
 		{name: "auto-upgrade takes a slot", facts: facts(pending("upgrade")), policy: func(p *Policy) { p.AutoUpgrade = true }, want: Action{Kind: AcquireSlot}},
 		{name: "auto-recover takes a slot", facts: facts(pending("recovery")), policy: func(p *Policy) { p.AutoRecover = true }, want: Action{Kind: AcquireSlot}},
+
+		// The driver pod installs the upgrade's target before the reboot.
+		{name: "reboot-required upgrade waits for the target's install", facts: facts(inReboot("upgrade", "25.3.0", "25.3.0", "25.5.0")), policy: func(p *Policy) { p.AutoUpgrade = true },
+			want: Action{Kind: Wait, Cause: CauseDriverInstall, Event: contract.EventRebootPending}, why: "install driver 25.5.0"},
+		{name: "a recovery reboot in reboot-required waits too", facts: facts(inReboot("recovery", "25.3.0", "25.3.0", "25.5.0")), policy: func(p *Policy) { p.AutoRecover = true },
+			want: Action{Kind: Wait, Cause: CauseDriverInstall, Event: contract.EventRebootPending}, why: "would load 25.3.0 again"},
+		{name: "the install wait gives the slot back", facts: with(facts(inReboot("upgrade", "25.3.0", "25.3.0", "25.5.0")), func(f *Facts) { f.SlotHeld = true }), policy: func(p *Policy) { p.AutoUpgrade = true },
+			want: Action{Kind: ReleaseSlot, Cause: CauseDriverInstall}},
+		{name: "target installed: reboot goes ahead", facts: facts(inReboot("upgrade", "25.3.0", "25.5.0", "25.5.0")), policy: func(p *Policy) { p.AutoUpgrade = true },
+			want: Action{Kind: AcquireSlot}},
+		{name: "target already loaded: reboot goes ahead", facts: facts(inReboot("upgrade", "25.5.0", "25.5.0", "25.5.0")), policy: func(p *Policy) { p.AutoUpgrade = true },
+			want: Action{Kind: AcquireSlot}},
+		{name: "no driver pod record (driver managed elsewhere): no wait", facts: facts(inReboot("upgrade", "25.3.0", "", "25.5.0")), policy: func(p *Policy) { p.AutoUpgrade = true },
+			want: Action{Kind: AcquireSlot}},
+		{name: "recovery outside the rollout's reboot-required: no wait", facts: facts(pending("recovery", "driver-upgrade.installed-version", "25.3.0", "driver-upgrade.target-version", "25.5.0")), policy: func(p *Policy) { p.AutoRecover = true },
+			want: Action{Kind: AcquireSlot}},
+		{name: "approval is asked before the install is awaited", facts: facts(inReboot("upgrade", "25.3.0", "25.3.0", "25.5.0")),
+			want: Action{Kind: Wait, Cause: CauseApproval, Event: contract.EventRebootPending}},
 
 		// Storm protection.
 		{name: "storm pauses auto-recovery", facts: with(facts(pending("recovery")), func(f *Facts) { f.Fleet = Fleet{NPUNodes: 5, Wedged: 5} }),

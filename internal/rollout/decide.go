@@ -277,6 +277,9 @@ func decideReboot(b builder, n NodeView, p Policy, now time.Time) ([]Action, str
 		acts, wait := requestGone(b, n)
 		return acts, wait, 0
 	}
+	if !rebootStarted(n) && n.Target != "" && n.Target != n.Desired {
+		return []Action{retarget(b, n)}, "", 0
+	}
 	if !rebootStarted(n) {
 		if recoveryPending(n) {
 			return nil, recoveryServesNote(b, n), 0

@@ -181,6 +181,16 @@ func TestRebootStep(t *testing.T) {
 	if d := decide(auto, nv("a", rebooting)); !strings.Contains(d.Waiting["a"], "rebooter") {
 		t.Fatalf("auto mode waits for the rebooter, got %q", d.Waiting["a"])
 	}
+	// A desired version changed while the node waits for its reboot: the
+	// target follows, so the driver pod installs and the rebooter awaits
+	// the new one; once the reboot started, the target stays.
+	retargeted := func(n *NodeView) { n.Target = "25.3.0" }
+	d = decide(auto, nv("a", rebooting, retargeted))
+	want(t, d, "a:reboot-required>reboot-required")
+	if got := d.Actions[0].Change.Annotations[keys.UpgradeTarget()]; got == nil || *got != nv("a").Desired {
+		t.Fatalf("target = %v, want the desired %s", got, nv("a").Desired)
+	}
+	want(t, decide(auto, nv("a", rebooting, retargeted, func(n *NodeView) { n.RebootFrom = n.UpgradeBootID })))
 	// The reboot timeout counts from the reboot, not from the approval wait.
 	old := func(n *NodeView) { n.Since, n.StateSeen = now.Add(-2*time.Hour), now.Add(-2*time.Hour) }
 	want(t, decide(p, nv("a", rebooting, old)))

@@ -20,6 +20,8 @@ import (
 func enterReboot(b builder, n NodeView) Action {
 	a := b.transition(n, contract.StateRebootRequired, "reboot requested to load driver "+n.Desired)
 	a.Change.Annotations[b.k.UpgradeBootID()] = kube.Set(n.BootID)
+	// The driver pod installs, and the rebooter waits for, this version.
+	a.Change.Annotations[b.k.UpgradeTarget()] = kube.Set(n.Desired)
 	if recoveryPending(n) {
 		a.Message = "a recovery reboot is already requested (reason=recovery); it loads driver " + n.Desired + " too, so no upgrade reboot is asked for"
 		return a
@@ -29,6 +31,15 @@ func enterReboot(b builder, n NodeView) Action {
 	a.Events = append(a.Events, Event{Reason: contract.EventRebootRequired,
 		Message: fmt.Sprintf("reason=%s: driver %s loaded, %s desired; a reboot loads it", contract.ReasonUpgrade, n.Loaded, n.Desired)})
 	return a
+}
+
+// retarget follows a desired version that changed while the node waits
+// for its reboot: the rebooter waits for the driver pod to install the
+// target, and the new driver pod installs the new desired version.
+func retarget(b builder, n NodeView) Action {
+	return Action{Kind: ActTransition, Node: n.Name, ResourceVersion: n.ResourceVersion, From: n.State, To: n.State,
+		Message: fmt.Sprintf("desired driver is now %s (was %s); the reboot waits for its install", n.Desired, orNone(n.Target)),
+		Change:  kube.NodeChange{Labels: map[string]*string{}, Annotations: map[string]*string{b.k.UpgradeTarget(): kube.Set(n.Desired)}}}
 }
 
 // rebootDone is true when the rebooter completed a reboot that left the

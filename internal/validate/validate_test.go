@@ -47,7 +47,8 @@ func TestCheckNamesEveryFailure(t *testing.T) {
 	}{
 		{name: "ready", driver: "25.5.0", setup: func(_ *Checker, h *simhost.Host) { setMarker(t, h) }},
 		{name: "never installed", want: []string{"marker /run/npu-stack/driver-ready is missing", "no NPU driver is loaded", "npu-smi not found at /usr/local/sbin/npu-smi"}},
-		{name: "fresh boot", driver: "25.5.0", setup: func(_ *Checker, h *simhost.Host) {
+		{name: "boot without modules (a new kernel)", driver: "25.5.0", setup: func(_ *Checker, h *simhost.Host) {
+			_ = h.Update(func(st *simhost.State) error { st.InstalledDriver = ""; return nil })
 			_ = h.Reboot(context.Background(), host.RebootSystemd)
 			if _, err := h.CompleteReboot(); err != nil {
 				t.Fatal(err)

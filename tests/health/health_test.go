@@ -127,7 +127,10 @@ func TestBriefFailureBelowThresholdLeavesNoTrace(t *testing.T) {
 }
 
 // With another driver loaded the gate records it and idles Ready without
-// installing; the next reboot installs the desired version.
+// installing. Once the rollout has drained the node and asks for its
+// reboot, the driver pod installs the desired version over the loaded one,
+// which stays loaded and reported, and records the install; the reboot
+// loads the installed version and the pod installs nothing more.
 func TestDriverEntryNeverUnloadsAndUpgradesOnReboot(t *testing.T) {
 	f := newFleet(t, fleetOptions{nodes: 1, loaded: previousVersion, probeInterval: 1, threshold: 3})
 	node := f.nodes[0]
@@ -141,13 +144,28 @@ func TestDriverEntryNeverUnloadsAndUpgradesOnReboot(t *testing.T) {
 	if v, _, _ := markers(node).Ready(); v != previousVersion {
 		t.Fatalf("marker holds %q, want the loaded %s", v, previousVersion)
 	}
-	waitEvent(ctx, t, node.Name(), contract.EventDriverActivationPending, desiredVersion+" is activated by the next reboot")
-	if logs := f.logs(node, "driver"); !strings.Contains(logs, "a reboot activates the desired one") {
-		t.Fatalf("driver log does not say a reboot activates the new version:\n%s", logs)
+	waitEvent(ctx, t, node.Name(), contract.EventDriverActivationPending, desiredVersion+" is installed once the rollout has drained the node")
+	if logs := f.logs(node, "driver"); !strings.Contains(logs, "until the rollout drains this node and asks for its reboot") {
+		t.Fatalf("driver log does not say when the new version is installed:\n%s", logs)
 	}
 
+	// The rollout's reboot request, as it writes it after the drain.
+	inReboot := map[string]*string{keys.UpgradeState(): kube.Set(string(contract.StateRebootRequired)), keys.RebootRequired(): kube.Set(contract.True)}
+	if _, err := kube.PatchNode(ctx, env.Client, node.Name(), kube.NodeChange{Labels: inReboot}); err != nil {
+		t.Fatal(err)
+	}
+	n := waitNode(ctx, t, node.Name(), "desired version installed", func(n *corev1.Node) bool { return n.Annotations[keys.InstalledDriver()] == desiredVersion })
+	if st, _ := node.Host().State(); st.Installs != 1 || st.LoadedDriver != previousVersion || st.InstalledDriver != desiredVersion || n.Labels[keys.DriverVersion()] != previousVersion {
+		t.Fatalf("after the install on the drained node: host %+v, label %q; want %s still loaded and reported, %s installed", st, n.Labels[keys.DriverVersion()], previousVersion, desiredVersion)
+	}
+	waitEvent(ctx, t, node.Name(), contract.EventDriverActivationPending, "driver "+desiredVersion+" installed on the drained node")
+
+	// The reboot, after which the rollout and the rebooter clear the request.
 	before, _ := node.Host().BootID()
 	old := f.driverPod(ctx, node, "running", podRunning)
+	if _, err := kube.PatchNode(ctx, env.Client, node.Name(), kube.NodeChange{Labels: map[string]*string{keys.UpgradeState(): nil, keys.RebootRequired(): nil}}); err != nil {
+		t.Fatal(err)
+	}
 	if err := node.Host().Reboot(ctx, "systemd"); err != nil {
 		t.Fatal(err)
 	}
@@ -156,7 +174,7 @@ func TestDriverEntryNeverUnloadsAndUpgradesOnReboot(t *testing.T) {
 	})
 	st, _ := node.Host().State()
 	if st.Installs != 1 || st.LoadedDriver != desiredVersion || st.Reboots != 1 {
-		t.Fatalf("after reboot: %+v; want one install of %s", st, desiredVersion)
+		t.Fatalf("after reboot: %+v; want %s loaded by the boot and no second install", st, desiredVersion)
 	}
 	p := f.driverPod(ctx, node, "Ready after reboot", func(p *corev1.Pod) bool { return podReady(p) && restarted(p) })
 	if p.UID != old.UID {

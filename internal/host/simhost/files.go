@@ -95,10 +95,10 @@ func (h *Host) unload() error {
 // /usr/local/dcmi for the default tree; in <tree>/tools for a tree off
 // /usr, as the precompiled image has it), the loader configuration and
 // /etc/ascend_install.info. They survive reboots, as files on disk do.
-func (h *Host) installFiles(st State) error {
+func (h *Host) installFiles(st State, version string) error {
 	root := st.driverRoot()
 	files := map[string]string{
-		filepath.Join(root, host.VersionFile):     "Version=" + st.LoadedDriver + "\nversion_dir=" + st.LoadedDriver + "\nascendhal_version=7.35.23\n",
+		filepath.Join(root, host.VersionFile):     "Version=" + version + "\nversion_dir=" + version + "\nascendhal_version=7.35.23\n",
 		"/etc/ld.so.conf.d/ascend_driver_so.conf": strings.Join([]string{root + "/lib64/common", root + "/lib64/driver", root + "/lib64"}, "\n") + "\n",
 	}
 	for lib, dir := range driverLibs {

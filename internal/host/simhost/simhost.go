@@ -48,6 +48,10 @@ type State struct {
 	// LoadedDriver is the driver version in the running kernel; empty
 	// after boot until a driver is installed and loaded.
 	LoadedDriver string `json:"loadedDriver"`
+	// InstalledDriver is the complete driver package on disk, which boot
+	// loads: the modules the installer left under /lib/modules/<kernel>/
+	// updates (docs/host-contract.md section 2). Empty when none is.
+	InstalledDriver string `json:"installedDriver,omitempty"`
 	// Wedged chips report Health Critical until the next reboot (or
 	// forever with StickyWedge, a fault a reboot does not fix).
 	Wedged      []int   `json:"wedged,omitempty"`
@@ -125,12 +129,12 @@ func Create(dir string, spec Spec) (*Host, error) {
 	}
 	h := Open(dir)
 	st := State{BootID: newBootID(), BootTime: h.clock(), Chip: spec.Chip, ChipCount: spec.ChipCount, LoadedDriver: spec.Driver,
-		DriverRoot: spec.DriverRoot, ReadOnly: spec.ReadOnly}
+		InstalledDriver: spec.Driver, DriverRoot: spec.DriverRoot, ReadOnly: spec.ReadOnly}
 	if spec.DriverRoot != "" {
 		h.linux.DriverRoot = spec.DriverRoot
 	}
 	if spec.Driver != "" {
-		if err := h.installFiles(st); err != nil {
+		if err := h.installFiles(st, spec.Driver); err != nil {
 			return nil, err
 		}
 		if err := h.loadModules(); err != nil {
@@ -234,8 +238,9 @@ func (h *Host) Reboot(_ context.Context, method host.RebootMethod) error {
 func (h *Host) Path(hostPath string) string { return h.linux.Path(hostPath) }
 
 // CompleteReboot carries out a requested reboot: a new boot ID and boot
-// time, no driver loaded, /run emptied, wedges gone unless sticky. It
-// reports whether a reboot was pending.
+// time, /run emptied, wedges gone unless sticky, and the installed driver
+// package (if any) loaded by the boot, as a real host loads the modules
+// the installer left. It reports whether a reboot was pending.
 func (h *Host) CompleteReboot() (bool, error) {
 	done := false
 	err := h.Update(func(st *State) error {
@@ -247,14 +252,23 @@ func (h *Host) CompleteReboot() (bool, error) {
 		st.Reboots++
 		st.BootID = newBootID()
 		st.BootTime = h.clock()
-		st.LoadedDriver = ""
+		st.LoadedDriver = st.InstalledDriver
 		if !st.StickyWedge {
 			st.Wedged = nil
 		}
 		if err := h.unload(); err != nil {
 			return err
 		}
-		return os.RemoveAll(h.Path("/run"))
+		if err := os.RemoveAll(h.Path("/run")); err != nil {
+			return err
+		}
+		if st.LoadedDriver == "" {
+			return nil
+		}
+		if err := h.loadModules(); err != nil {
+			return err
+		}
+		return h.createDevices(*st)
 	})
 	return done, err
 }
@@ -304,9 +318,13 @@ func (h *Host) LoadedDriver(ctx context.Context) (string, error) { return h.linu
 // InstallDriver does what the vendor installer does on the host: after
 // the production precondition (host.Linux.CheckDriverTree, which refuses
 // a read-only driver tree), it writes the driver files at their real paths
-// and loads the modules. argv is recorded, not executed: the driver
-// image's installer is the vendor's. With InstallFailure set it fails
-// half-way as an installer that dies after copying part of the tree.
+// and, with no driver loaded, loads the modules; over a loaded driver it
+// only replaces the files, and the next boot loads them ("Reboot needed
+// for installation/upgrade to take effect", hicann/driver v8.5.0
+// driver_install.sh installationCompletionMessage). argv is recorded, not
+// executed: the driver image's installer is the vendor's. With
+// InstallFailure set it fails half-way as an installer that dies after
+// copying part of the tree.
 func (h *Host) InstallDriver(_ context.Context, version string, argv []string) error {
 	if version == "" {
 		return fmt.Errorf("simulated host %s: install of an empty driver version", h.Dir)
@@ -321,28 +339,40 @@ func (h *Host) InstallDriver(_ context.Context, version string, argv []string) e
 	if st.InstallFailure != "" {
 		return h.failInstall(version, argv, st)
 	}
-	if err := h.LoadDriver(version); err != nil {
-		return err
+	if st.LoadedDriver == "" {
+		if err := h.LoadDriver(version); err != nil {
+			return err
+		}
 	}
 	return h.Update(func(st *State) error {
 		st.Installs++
 		st.LastInstallCommand = argv
-		return h.installFiles(*st)
+		st.InstalledDriver = version
+		return h.installFiles(*st, version)
 	})
 }
 
 // failInstall leaves what an installer dying half-way leaves: part of the
-// tree (libraries, no version.info), no modules loaded, the install
-// record without Driver_Install_Status=complete.
+// tree (libraries, no version.info: an overwrite install uninstalls the
+// old package first), nothing more loaded, nothing a boot would load,
+// the install record without Driver_Install_Status=complete.
 func (h *Host) failInstall(version string, argv []string, st State) error {
 	root := st.driverRoot()
+	if err := os.Remove(h.Path(filepath.Join(root, host.VersionFile))); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("simulated host %s: %w", h.Dir, err)
+	}
 	if err := h.writeHostFile(filepath.Join(root, "lib64/driver/libdrvdsmi_host.so"), ""); err != nil {
 		return err
 	}
 	if err := h.updateInstallInfo(map[string]string{"Driver_Install_Path_Param": filepath.Dir(root)}); err != nil {
 		return err
 	}
-	if err := h.Update(func(st *State) error { st.Installs++; st.LastInstallCommand = argv; return nil }); err != nil {
+	if err := h.Update(func(st *State) error {
+		st.Installs++
+		st.LastInstallCommand = argv
+		st.InstalledDriver = ""
+		return nil
+	}); err != nil {
 		return err
 	}
 	out := []byte(st.InstallFailure + "\n")

@@ -18,7 +18,7 @@ func newHost(t *testing.T, spec Spec) *Host {
 	return h
 }
 
-func TestRebootChangesBootIDAndUnloadsDriver(t *testing.T) {
+func TestRebootChangesBootIDAndLoadsTheInstalledDriver(t *testing.T) {
 	h := newHost(t, Spec{Chip: "910b", ChipCount: 8, Driver: "25.3.0"})
 	before, err := h.BootID()
 	if err != nil || len(before) != 36 {
@@ -43,8 +43,8 @@ func TestRebootChangesBootIDAndUnloadsDriver(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.BootID == before || st.Reboots != 1 || st.LoadedDriver != "" || st.RebootRequest != "" {
-		t.Fatalf("after reboot: %+v; want new boot ID, 1 reboot, no driver, no request", st)
+	if st.BootID == before || st.Reboots != 1 || st.LoadedDriver != st.InstalledDriver || st.RebootRequest != "" {
+		t.Fatalf("after reboot: %+v; want new boot ID, 1 reboot, the installed driver loaded, no request", st)
 	}
 }
 
@@ -81,6 +81,8 @@ func TestNPUSMIReflectsChips(t *testing.T) {
 	if err := h.InstallDriver(ctx, "25.3.0", []string{"/driver.run"}); err != nil {
 		t.Fatal(err)
 	}
+	// A kernel update: the boot finds no modules for the new kernel.
+	_ = h.Update(func(st *State) error { st.InstalledDriver = ""; return nil })
 	_ = h.Reboot(ctx, host.RebootSystemd)
 	_, _ = h.CompleteReboot()
 	if _, err := h.NPUSMI(ctx, "info"); err == nil {
@@ -149,7 +151,7 @@ func TestStickyWedgeSurvivesReboot(t *testing.T) {
 	}
 }
 
-func TestDriverCreatesDevicesAndTreeAndRebootRemovesDevices(t *testing.T) {
+func TestDriverCreatesDevicesAndTreeAndBootLoadsWhatIsInstalled(t *testing.T) {
 	h := newHost(t, Spec{Chip: "910b", ChipCount: 2})
 	if exists(h.Path("/dev/davinci0")) {
 		t.Fatal("device node without a driver")
@@ -170,10 +172,18 @@ func TestDriverCreatesDevicesAndTreeAndRebootRemovesDevices(t *testing.T) {
 			t.Errorf("%s exists: the vendor's installer does not make it", p)
 		}
 	}
+	// The boot loads the installed driver again.
+	_ = h.Reboot(context.Background(), host.RebootSystemd)
+	_, _ = h.CompleteReboot()
+	if !exists(h.Path("/dev/davinci0")) || !exists(h.Path("/sys/module/drv_pcie_host")) {
+		t.Fatal("after reboot: want the installed driver loaded by the boot, with its device nodes")
+	}
+	// A boot that finds no modules (a new kernel) loads nothing.
+	_ = h.Update(func(st *State) error { st.InstalledDriver = ""; return nil })
 	_ = h.Reboot(context.Background(), host.RebootSystemd)
 	_, _ = h.CompleteReboot()
 	if exists(h.Path("/dev/davinci0")) || exists(h.Path("/dev/davinci_manager")) || exists(h.Path("/sys/module/drv_pcie_host")) || !exists(h.Path(DriverRoot+"/lib64")) {
-		t.Fatal("after reboot: want no device nodes, no modules and the driver tree kept")
+		t.Fatal("after a boot without modules: want no device nodes, no modules and the driver tree kept")
 	}
 }
 

@@ -28,13 +28,18 @@ type Nodes struct {
 	// its own patches).
 	BeforePatch func(name string)
 	inHook      bool
+	// changed is closed and replaced by every patch, waking Until.
+	changed chan struct{}
 }
 
-var _ kube.NodeClient = (*Nodes)(nil)
+var (
+	_ kube.NodeClient = (*Nodes)(nil)
+	_ kube.NodeWaiter = (*Nodes)(nil)
+)
 
 // NewNodes holds copies of nodes, each at a fresh resourceVersion.
 func NewNodes(nodes ...*corev1.Node) *Nodes {
-	n := &Nodes{nodes: map[string]*corev1.Node{}}
+	n := &Nodes{nodes: map[string]*corev1.Node{}, changed: make(chan struct{})}
 	for _, node := range nodes {
 		c := node.DeepCopy()
 		n.version++
@@ -85,5 +90,30 @@ func (n *Nodes) PatchIf(_ context.Context, name, resourceVersion string, change 
 	next.ResourceVersion = strconv.Itoa(n.version)
 	n.nodes[name] = next
 	n.Patches++
+	close(n.changed)
+	n.changed = make(chan struct{})
 	return next.DeepCopy(), nil
+}
+
+// Until blocks until the node meets cond (checked now and after every
+// patch) or ctx ends, as kube.NodeWatch does against an API server.
+func (n *Nodes) Until(ctx context.Context, name string, cond func(*corev1.Node) bool) (*corev1.Node, error) {
+	for {
+		n.mu.Lock()
+		node, ok := n.nodes[name]
+		changed := n.changed
+		var c *corev1.Node
+		if ok {
+			c = node.DeepCopy()
+		}
+		n.mu.Unlock()
+		if ok && cond(c) {
+			return c, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-changed:
+		}
+	}
 }

@@ -38,6 +38,7 @@ import (
 
 	"github.com/openfuyao/npu-stack/internal/budget"
 	"github.com/openfuyao/npu-stack/internal/contract"
+	"github.com/openfuyao/npu-stack/internal/driverentry"
 	"github.com/openfuyao/npu-stack/internal/health"
 	"github.com/openfuyao/npu-stack/internal/host"
 	"github.com/openfuyao/npu-stack/internal/host/simhost"
@@ -559,10 +560,19 @@ func (s *Sim) driverEntry(ctx context.Context, node *corev1.Node, m *machine, no
 		}
 		s.loads.Add(1)
 	}
-	if node.Labels[k.DriverVersion()] == loaded {
+	if pod := s.driverPod(node.Name); pod != nil && driverentry.StageNow(node, k) {
+		// The install over the loaded driver before the reboot: one write,
+		// the record the rebooter waits for. The boot's load keeps its
+		// DriverLoad time after the reboot.
+		if want := pod.Annotations[k.DriverSpecVersion()]; want != loaded && node.Annotations[k.InstalledDriver()] != want {
+			return 0, true, s.patch(ctx, m, node.Name, kube.NodeChange{Annotations: map[string]*string{k.InstalledDriver(): kube.Set(want)}})
+		}
+	}
+	if node.Labels[k.DriverVersion()] == loaded && node.Annotations[k.InstalledDriver()] != "" {
 		return 0, false, nil
 	}
-	return 0, true, s.patch(ctx, m, node.Name, kube.NodeChange{Labels: map[string]*string{k.DriverVersion(): kube.Set(loaded)}})
+	return 0, true, s.patch(ctx, m, node.Name, kube.NodeChange{Labels: map[string]*string{k.DriverVersion(): kube.Set(loaded)},
+		Annotations: map[string]*string{k.InstalledDriver(): kube.Set(loaded)}})
 }
 
 // driverPod is the node's running driver pod, if any.

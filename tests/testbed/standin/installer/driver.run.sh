@@ -121,8 +121,14 @@ if [ "$for_all" = y ]; then update_param Driver_Install_For_All yes; else update
 update_param Driver_Install_Mode normal
 
 # Load only when no driver is loaded (env_check.sh: drv_pcie_host or
-# drv_vpcie); otherwise the new modules load at the next boot.
+# drv_vpcie); otherwise the new modules load at the next boot, and without
+# a hot reset the installer exits 2 (install.sh main(): "2-installation
+# successful but hotreset failed"; driver_install.sh
+# installationCompletionMessage(): "Reboot needed for installation/upgrade
+# to take effect!").
+reboot_needed=y
 if [ ! -d /sys/module/drv_pcie_host ] && [ ! -d /sys/module/drv_vpcie ]; then
+	reboot_needed=n
 	for m in $LOADED; do
 		mkdir -p "/sys/module/$m"
 	done
@@ -152,6 +158,10 @@ fi
 # install.sh statusUpdate().
 update_param Driver_Install_Status complete
 echo "$(date '+%Y-%m-%d %H:%M:%S') installed $PKG_VERSION" >>"$log"
+if [ "$reboot_needed" = y ]; then
+	echo "[INFO]Driver package installed successfully! Reboot needed for installation/upgrade to take effect!"
+	exit 2
+fi
 [ "$quiet" = y ] || echo "Driver package installed successfully!"
 exit 0
 __PAYLOAD__
