@@ -218,7 +218,10 @@ func TestPendingVersionInstalledAtTheReboot(t *testing.T) {
 // as installed.
 func TestPendingInstallFailureHoldsTheReboot(t *testing.T) {
 	cfg, d, h, ev := setup(t, "25.3.0")
-	if err := h.Update(func(st *simhost.State) error { st.InstallFailure = "ERR_NO:0x0080;ERR_DES: The davinci nodes are occupied"; return nil }); err != nil {
+	if err := h.Update(func(st *simhost.State) error {
+		st.InstallFailure = "ERR_NO:0x0080;ERR_DES: The davinci nodes are occupied"
+		return nil
+	}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := d.Nodes.Patch(context.Background(), "n1", kube.NodeChange{Labels: map[string]*string{
