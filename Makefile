@@ -93,7 +93,9 @@ release: ## VERSION=x.y.z [REGISTRY=host/path]: images, chart, npu-hooks tarball
 	done
 	$(GO) run ./tools/npu-release archives --version $(VERSION) --bin-dir $(RELEASE_DIR)/bin --out $(DIST) $(addprefix --platforms ,$(HOOKS_PLATFORMS))
 
-demo: controlplane ## the main job: install, manual upgrade, chip self-healing and rollback on a local cluster (DEMO_NODES, default 6)
+# The demo's real 910B and 310P nodes need the node binaries (make nodes);
+# DEMO_REAL_NODES=0 leaves them out, and their build.
+demo: controlplane $(if $(filter 0,$(DEMO_REAL_NODES)),,nodes) ## the main job: install, manual upgrade, chip self-healing and rollback on a local cluster (DEMO_NODES simulated nodes, default 6, and a real 910B and 310P node)
 	$(GO) run ./tests/cmd/npu-demo
 
 controlplane: ## build etcd, kube-apiserver, controller-manager, scheduler, kubectl, kwok once into .cache/

@@ -3,8 +3,10 @@ package realnode_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -234,13 +236,17 @@ func checkInstalled(ctx context.Context, t *testing.T, node *realnode.Node, u *s
 	}
 	// Installed again over a loaded driver, without --install-for-all:
 	// the keys are rewritten in place and nothing is loaded (the device
-	// nodes keep their modes until the next boot).
+	// nodes keep their modes until the next boot); without a hot reset the
+	// installer exits 2, "Reboot needed for installation/upgrade to take
+	// effect!" (hicann/driver v8.5.0 install.sh main()).
 	const staged = "/var/lib/npu-stack/installer/standin/again.run"
 	if err := u.WriteRun(node.Path(staged)); err != nil {
 		t.Fatal(err)
 	}
-	if out, err := node.Command(ctx, staged, "--full", "--quiet").CombinedOutput(); err != nil {
-		t.Fatalf("second install on %s: %v\n%s", node.Name(), err, out)
+	out, err := node.Command(ctx, staged, "--full", "--quiet").CombinedOutput()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 2 || !bytes.Contains(out, []byte("Reboot needed for installation/upgrade to take effect!")) {
+		t.Fatalf("second install on %s, over a loaded driver: %v\n%s; want exit 2 and the reboot notice", node.Name(), err, out)
 	}
 	info, err = os.ReadFile(node.Path("/etc/ascend_install.info"))
 	if err != nil || bytes.Count(info, []byte("Driver_Install_For_All=")) != 1 || !bytes.Contains(info, []byte("Driver_Install_For_All=no\n")) ||

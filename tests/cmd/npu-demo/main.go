@@ -2,9 +2,9 @@
 // NPU nodes, the chart installed, upgraded in manual mode, a chip wedge
 // healed and the release rolled back, all with the real hook Jobs and node
 // agents; it leaves nothing running. DEMO_NODES is the number of simulated
-// NPU nodes; DEMO_REAL_NODES=1 adds one real 910B and one real 310P node
+// NPU nodes; beside them the fleet has one real 910B and one real 310P node
 // (upstream kubelet, containerd and runc; stand-in Ascend driver and
-// images; they need root).
+// images; they need root), left out with DEMO_REAL_NODES=0.
 package main
 
 import (
@@ -36,13 +36,13 @@ func run() error {
 		}
 		nodes = n
 	}
-	real := false
+	real := true
 	switch v := os.Getenv("DEMO_REAL_NODES"); v {
-	case "", "0":
-	case "1":
-		real = true
+	case "", "1":
+	case "0":
+		real = false
 	default:
-		return fmt.Errorf("DEMO_REAL_NODES=%q: want 1 (one real 910B and one real 310P node) or 0 (none, the default)", v)
+		return fmt.Errorf("DEMO_REAL_NODES=%q: want 1 (one real 910B and one real 310P node, the default) or 0 (none)", v)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
