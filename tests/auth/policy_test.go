@@ -55,7 +55,9 @@ func agents(k contract.Keys) []agentCase {
 			setLabels: []string{k.DriverVersion(), k.DriverReady(), k.RebootRequired()},
 			// reboot-history: the health-watch records a wedge that ended
 			// without a reboot for the loop guard.
-			setAnnotations: []string{k.RebootReason(), k.RebootHistory()},
+			// installed-version: the driver entry records a version
+			// installed over the loaded one before the reboot.
+			setAnnotations: []string{k.RebootReason(), k.RebootHistory(), k.InstalledDriver()},
 			notOwnedLabel:  k.UpgradeState(), notOwnedAnnotation: k.RebootStartedAt(),
 		},
 	}

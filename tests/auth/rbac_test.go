@@ -37,10 +37,11 @@ var everyone = []string{
 // here deliberately, with the call that needs it.
 var allowlist = map[string][]string{
 	// driver entry: get its Node, patch driver-version; health-watch: get
-	// its Node, patch driver-ready and the recovery request, and on a
+	// its Node, patch driver-ready and the recovery request (the driver
+	// entry also list-watches its Node, by name, for its reboot), and on a
 	// wedge list and delete the device-plugin pod of its own node (this
 	// namespace only); Node events.
-	"driver": {"get nodes", "patch nodes", "list pods", "delete pods", "create events", "patch events"},
+	"driver": {"get nodes", "list nodes", "watch nodes", "patch nodes", "list pods", "delete pods", "create events", "patch events"},
 	// The vendor device plugin (MindCluster v7.3.0 pkg/kubeclient): gets
 	// and patches its Node and the node status, watches and patches the
 	// pods of its node, watches the reset ConfigMaps and updates the

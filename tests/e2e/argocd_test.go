@@ -24,11 +24,13 @@ import (
 // rendering with helm v4, redis) syncs the chart from the test bed's
 // registry with automated sync, two Applications on one Argo CD, each on
 // its own fleet:
-//   - DefaultHookMode: docs/examples/argocd-application.yaml's
-//     Application, the fleet's values merged over the example's but for
-//     hooks.mode, left to the chart's default (preflight a PreSync hook,
-//     the rollout a PostSync hook, post-rollback ignored); the bump and
-//     the rollback are changes of valuesObject;
+//   - DefaultHookMode: docs/examples/argocd-application.yaml applied as
+//     a user does, with docs/deployers.md's Argo CD kustomization
+//     (argokustomize_test.go): the fleet's values merged over the
+//     example's, hooks.mode set to the chart's default, hook (preflight a
+//     PreSync hook, the rollout a PostSync hook, post-rollback ignored);
+//     the bump and the rollback are the values patch changed and applied
+//     again;
 //   - ValuesFromGit: docs/examples/argocd-application-git-values.yaml,
 //     the multi-source Application taking its values file from a Git
 //     repository served by git http-backend (the example's valuesObject
@@ -63,7 +65,7 @@ func TestArgoCDStory(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := newStack(t, "", "", 2, 1)
-			d := &argoDeployer{s: s, argo: argo, apps: apps, dyn: dyn, mode: tc.mode}
+			d := &argoDeployer{s: s, argo: argo, apps: apps, dyn: dyn, mode: tc.mode, kustomize: !tc.git}
 			if tc.git {
 				gs, err := testbed.StartGitServer(t.TempDir())
 				if err != nil {
@@ -99,6 +101,10 @@ type argoDeployer struct {
 	first   map[string]any // the install's values: the rollback's target
 	syncs   int            // full syncs the story expects in status.history
 	created []string
+	// kustomize: the Application is the example applied with the
+	// documented kustomization (kubectl apply -k) from kdir.
+	kustomize bool
+	kdir      string
 }
 
 // exampleApplication is the example file's Application for chart at
@@ -132,6 +138,17 @@ func (d *argoDeployer) create(ctx context.Context, t *testing.T, app *unstructur
 func (d *argoDeployer) deploy(ctx context.Context, t *testing.T, vals map[string]any) func() {
 	t.Helper()
 	d.syncs++
+	if d.first == nil && d.kustomize {
+		vals = normalize(t, withRegistry(vals))
+		hooks, _ := vals["hooks"].(map[string]any)
+		if hooks == nil {
+			hooks = map[string]any{}
+			vals["hooks"] = hooks
+		}
+		hooks["mode"] = "hook" // the chart's default, over the example's job
+		d.first = d.applyKustomization(ctx, t, vals)
+		return d.waiter(ctx, t, d.s.release, valuesVersion(d.first), d.syncs)
+	}
 	if d.first == nil {
 		app := d.exampleApplication(t, d.s.release, testbed.ChartName, env.Product.ChartVersion)
 		helm := app.Object["spec"].(map[string]any)["source"].(map[string]any)["helm"].(map[string]any)
@@ -225,6 +242,11 @@ func (d *argoDeployer) rollback(ctx context.Context, t *testing.T) func() {
 
 func (d *argoDeployer) setValues(ctx context.Context, t *testing.T, vals map[string]any) func() {
 	t.Helper()
+	if d.kustomize {
+		// The user's values patch changed and applied again.
+		d.applyKustomization(ctx, t, vals)
+		return d.waiter(ctx, t, d.s.release, valuesVersion(vals), d.syncs)
+	}
 	patch, err := json.Marshal([]map[string]any{{"op": "replace", "path": "/spec/source/helm/valuesObject", "value": vals}})
 	if err != nil {
 		t.Fatal(err)
