@@ -138,3 +138,15 @@ func TestCurve(t *testing.T) {
 		t.Errorf("WriteCurve = %q, want %q", b.String(), w)
 	}
 }
+
+func TestPeerInProgress(t *testing.T) {
+	for state, want := range map[string]bool{
+		"": false, "upgrade-done": false, "upgrade-required": false, "node-maintenance-required": false,
+		"cordon-required": true, "wait-for-jobs-required": true, "pod-deletion-required": true, "drain-required": true,
+		"pod-restart-required": true, "validation-required": true, "uncordon-required": true, "upgrade-failed": true,
+	} {
+		if got := PeerInProgress(state); got != want {
+			t.Errorf("PeerInProgress(%q) = %t, want %t", state, got, want)
+		}
+	}
+}

@@ -121,6 +121,19 @@ func TestPeerUpgradesEveryNodeToUpgradeDone(t *testing.T) {
 		t.Errorf("upgrade of %d nodes with a %s load took %s: the 1:30 requeue (4 s) was not applied", len(names), load, wall)
 	}
 
+	// The Race's watch saw each node in progress once, from after the
+	// clock's start for at least the driver load (its validator held
+	// meanwhile).
+	ivs := p.InProgress()
+	if len(ivs) != len(names) {
+		t.Errorf("nodes in progress %v: want one interval for each of the %d nodes", ivs, len(names))
+	}
+	for _, iv := range ivs {
+		if d := iv.End.Sub(iv.Start); d < load || !iv.Start.After(start) {
+			t.Errorf("node %s in progress %s to %s (%s): want at least the load time %s, from after the clock's start %s", iv.Node, iv.Start, iv.End, d, load, start)
+		}
+	}
+
 	// Every node: upgrade-done, schedulable, a Ready driver pod of 1.1.0
 	// (deleted and re-created: the library restarted it) and a Ready
 	// validator.

@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/openfuyao/npu-stack/tests/bench/inflight"
 	"github.com/openfuyao/npu-stack/tests/bench/procstat"
 )
 
@@ -56,6 +57,8 @@ type Process struct {
 
 	mu      sync.Mutex
 	records []Record
+	// inProgress are the nodes' times in progress during a Race.
+	inProgress []inflight.Interval
 }
 
 // leaseName is GPU Operator's leader election ID, the runner's Lease.
@@ -218,8 +221,8 @@ func Now() time.Time { return time.Now() }
 // controller would bump it; the clock stops when want nodes (the fleet's
 // size for the whole upgrade) are seen upgrade-done, schedulable, and
 // running a Ready driver pod of version. It returns the running process
-// (to read its usage and records, then stop it), the clock's start and
-// the wall. A peer that exits, or whose nodes' states stop changing for
+// (to read its usage, records and nodes in progress, then stop it), the
+// clock's start and the wall. A peer that exits, or whose nodes' states stop changing for
 // stall, is broken.
 func (f *Fleet) Race(ctx context.Context, cfg ProcessConfig, version string, stall time.Duration, want int, gate Gate) (*Process, time.Time, time.Duration, error) {
 	ctx, cancel := context.WithCancel(ctx)
@@ -241,7 +244,20 @@ func (f *Fleet) Race(ctx context.Context, cfg ProcessConfig, version string, sta
 		return p, start, 0, err
 	}
 	wall, err := p.wait(ctx, w, version, stall, start)
+	p.mu.Lock()
+	p.inProgress = w.inProgress(start.Add(wall))
+	p.mu.Unlock()
 	return p, start, wall, err
+}
+
+// InProgress are each node's times in progress during the Race, as the
+// library's maxParallelUpgrades counts them (inflight.PeerInProgress) and
+// the Race's node watch saw them, a node still in progress at the wall's
+// end closed there: how many nodes the peer really upgraded at once.
+func (p *Process) InProgress() []inflight.Interval {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]inflight.Interval(nil), p.inProgress...)
 }
 
 // wait waits for w to see the upgrade done.
@@ -278,6 +294,10 @@ type doneWatch struct {
 	last     string
 	changed  time.Time
 	finished bool
+	// inflight is each node's time in progress, as the library's
+	// maxParallelUpgrades counts it, from the node informer's events (one
+	// goroutine: in the order seen).
+	inflight inflight.Tracker
 }
 
 func newDoneWatch(f *Fleet, version string, want int) *doneWatch {
@@ -299,6 +319,14 @@ func (w *doneWatch) start(ctx context.Context) error {
 		if _, err := inf.AddEventHandler(h); err != nil {
 			return fmt.Errorf("peer upgrade watch: %w", err)
 		}
+	}
+	observe := func(o any) {
+		if n, ok := o.(*corev1.Node); ok {
+			w.observe(n.Name, n.Labels[StateLabel], time.Now())
+		}
+	}
+	if _, err := ni.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: observe, UpdateFunc: func(_, o any) { observe(o) }}); err != nil {
+		return fmt.Errorf("peer upgrade watch: %w", err)
 	}
 	nf.Start(ctx.Done())
 	pf.Start(ctx.Done())
@@ -339,6 +367,21 @@ func (w *doneWatch) check() {
 		w.finished = true
 		w.done <- now
 	}
+}
+
+// observe records a node's library state seen at at.
+func (w *doneWatch) observe(node, state string, at time.Time) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.inflight.Observe(node, at, inflight.PeerInProgress(state))
+}
+
+// inProgress are the nodes' times in progress seen so far, a node still
+// in progress closed at end.
+func (w *doneWatch) inProgress(end time.Time) []inflight.Interval {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.inflight.Intervals(end)
 }
 
 // restart counts the stall from at (the clock's start: the wait at the

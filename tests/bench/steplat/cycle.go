@@ -1,6 +1,10 @@
 package steplat
 
-import "time"
+import (
+	"time"
+
+	"github.com/openfuyao/npu-stack/tests/bench/inflight"
+)
 
 // Cycle is where one node's upgrade time went, from the write admitting
 // it to the write taking it out of progress (both as seen by the
@@ -56,4 +60,17 @@ func MeanCycle(cs []Cycle) Cycle {
 	}
 	n := time.Duration(len(cs))
 	return Cycle{Total: m.Total / n, Rollout: m.Rollout / n}
+}
+
+// InProgress are the nodes' times in progress (the states the rollout's
+// maxParallelUpgrades counts), from the samples of each node in the order
+// seen; a node still in progress is closed at end.
+func InProgress(t Timelines, end time.Time) []inflight.Interval {
+	var tr inflight.Tracker
+	for name, ss := range t.Nodes {
+		for _, s := range ss {
+			tr.Observe(name, s.At, inProgress(s.State))
+		}
+	}
+	return tr.Intervals(end)
 }

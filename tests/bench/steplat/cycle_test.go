@@ -1,8 +1,11 @@
 package steplat
 
 import (
+	"fmt"
 	"testing"
 	"time"
+
+	"github.com/openfuyao/npu-stack/tests/bench/inflight"
 )
 
 func TestCycles(t *testing.T) {
@@ -38,5 +41,37 @@ func TestCycles(t *testing.T) {
 	}
 	if MeanCycle(nil) != (Cycle{}) {
 		t.Fatal("mean of no cycles is not zero")
+	}
+}
+
+// Each node is in progress from the write admitting it (out of
+// upgrade-required or no state) to the write taking it out of progress;
+// upgrade-failed is out of progress, as the rollout's budget counts it.
+func TestInProgress(t *testing.T) {
+	nodes := map[string][]NodeSample{
+		"a": { // admitted at 100, done at 1,540
+			ns(0, "", "a1", "1", true, false),
+			ns(10, "upgrade-required", "a1", "1", true, false),
+			ns(100, "reboot-required", "a1", "1", true, false),
+			ns(1000, "reboot-required", "a2", "1", false, false),
+			ns(1030, "validation-required", "a2", "2", false, false),
+			ns(1540, "", "a2", "2", true, false),
+		},
+		"b": { // admitted at 200, failed at 900
+			ns(0, "upgrade-required", "b1", "1", true, false),
+			ns(200, "cordon-required", "b1", "1", true, false),
+			ns(900, "upgrade-failed", "b1", "1", true, false),
+		},
+		"c": queued(1200, "reboot-required"), // still in progress at the end
+		"d": {ns(0, "", "d1", "2", true, false)},
+	}
+	got := InProgress(Timelines{Nodes: nodes}, at(2000))
+	want := fmt.Sprint([]inflight.Interval{
+		{Node: "a", Start: at(100), End: at(1540)},
+		{Node: "b", Start: at(200), End: at(900)},
+		{Node: "c", Start: at(1200), End: at(2000)},
+	})
+	if fmt.Sprint(got) != want {
+		t.Fatalf("InProgress = %v\nwant %v", got, want)
 	}
 }
