@@ -51,9 +51,12 @@ type Peer struct {
 	Other       Seconds `json:"otherSeconds"`
 	// SimWrites are the simulated nodes' pod status writes (driver pod
 	// held and started, validator held and started).
-	SimWrites int64        `json:"simulatedNodeWrites"`
-	API       *APILoad     `json:"apiLoad,omitempty"`
-	CPUByProc []ProcessCPU `json:"cpuByProcess,omitempty"`
+	SimWrites int64 `json:"simulatedNodeWrites"`
+	// InProgress is how many nodes the peer had in progress at once, as
+	// its library's maxParallelUpgrades counts them (nil: not recorded).
+	InProgress *Concurrency `json:"inProgress,omitempty"`
+	API        *APILoad     `json:"apiLoad,omitempty"`
+	CPUByProc  []ProcessCPU `json:"cpuByProcess,omitempty"`
 }
 
 // Side is one side's requests and costs, per node upgraded.
@@ -195,9 +198,11 @@ func peerTables(b *strings.Builder, ss []Scenario, library string) {
 		"(npu-stack: the helm upgrade, the driver DaemonSet replacing its pods, then `npu-hooks rollout` as the hook runs it; "+
 		"the peer: npu-peer started and its driver DaemonSet bumped at that instant, so its leader election, caches and first reconcile "+
 		"are inside), and stops when the benchmark's node watch sees the side's last node done. Every timer of the peer runs at the "+
-		"fleet's time scale. Limit: the physical limit ceil(N/p) × per-node time:\n\n", library)
-	b.WriteString("| nodes | parallelism | per-node time | time scale (peer's planned requeue) | run | npu-stack | peer (its start-up) | npu-stack / peer | npu-stack / limit | peer / limit |\n")
-	b.WriteString("|---:|---|---:|---|---|---:|---:|---:|---:|---:|\n")
+		"fleet's time scale. Limit: the physical limit ceil(N/p) × per-node time, which holds for a side that keeps at most p nodes in progress. "+
+		"Most at once: the most nodes the same node watch saw in progress at one time (their upgrade-state label in a state the side's "+
+		"maxParallelUpgrades counts), in bold with the time over p where a side had more than p:\n\n", library)
+	b.WriteString("| nodes | parallelism | per-node time | time scale (peer's planned requeue) | run | npu-stack | peer (its start-up) | npu-stack / peer | npu-stack / limit | peer / limit | most at once: npu-stack / peer |\n")
+	b.WriteString("|---:|---|---:|---|---|---:|---:|---:|---:|---:|---|\n")
 	for _, s := range rows {
 		p := s.Peer
 		run := "one after the other, same nodes"
@@ -207,10 +212,10 @@ func peerTables(b *strings.Builder, ss []Scenario, library string) {
 		case s.PeerOwnFleet:
 			run = "one after the other, fleets of their own"
 		}
-		fmt.Fprintf(b, "| %d | %s (%d) | %s | %s (%s) | %s | %s | %s (%s) | %s | %s | %s |\n",
+		fmt.Fprintf(b, "| %d | %s (%d) | %s | %s (%s) | %s | %s | %s (%s) | %s | %s | %s | %s / %s |\n",
 			s.Nodes, s.Parallelism, s.Effective, fmtSec(s.PerNode), fmtScale(s.TimeScale), orDash(p.PlannedRequeue), run,
 			fmtSec(s.FromBump()), p.wallCell(s.Nodes), orDash(p.StartUp), fmtRatio(s.PeerRatio()),
-			fmtRatio(s.LimitMultiple(s.FromBump())), fmtRatio(s.LimitMultiple(p.Wall)))
+			fmtRatio(s.LimitMultiple(s.FromBump())), fmtRatio(s.LimitMultiple(p.Wall)), atOnce(s.InProgress), atOnce(p.InProgress))
 	}
 	b.WriteString("\nPer node upgraded, each side's requests as its own counting proxy (a process apart from the simulated nodes) saw them. " +
 		"Lease writes are leader election's renewals (they come with time, not with nodes); requests per reconcile leave them out too. " +
@@ -237,14 +242,15 @@ func peerTables(b *strings.Builder, ss []Scenario, library string) {
 		}
 	}
 	b.WriteString("\nThe peer's reconciles and where its time went: in reconciles / idle until its planned requeue / the rest " +
-		"(start-up, and idle until a watched change):\n\n")
-	b.WriteString("| nodes | parallelism | per-node time | reconciles (event / requeue / retry) | reconciling / requeue wait / rest | peer CPU | peer peak RSS |\n")
-	b.WriteString("|---:|---|---:|---:|---:|---:|---:|\n")
+		"(start-up, and idle until a watched change); a node's cycle, mean per node, from the write admitting it to the write taking it out of progress, " +
+		"as the node watch saw them, for each side:\n\n")
+	b.WriteString("| nodes | parallelism | per-node time | reconciles (event / requeue / retry) | reconciling / requeue wait / rest | peer CPU | peer peak RSS | cycle: npu-stack / peer |\n")
+	b.WriteString("|---:|---|---:|---:|---:|---:|---:|---:|\n")
 	for _, s := range rows {
 		p := s.Peer
-		fmt.Fprintf(b, "| %d | %s | %s | %d (%d / %d / %d) | %s / %s / %s | %s | %.0f MiB |\n", s.Nodes, s.Parallelism, fmtSec(s.PerNode),
+		fmt.Fprintf(b, "| %d | %s | %s | %d (%d / %d / %d) | %s / %s / %s | %s | %.0f MiB | %s / %s |\n", s.Nodes, s.Parallelism, fmtSec(s.PerNode),
 			p.Reconciles, p.ByTrigger["event"], p.ByTrigger["requeue"], p.ByTrigger["retry"], fmtSec(p.Acting), fmtSec(p.WaitRequeue), fmtSec(p.Other),
-			fmtSec(p.CPU), p.PeakMB)
+			fmtSec(p.CPU), p.PeakMB, cycleCell(s.InProgress), cycleCell(p.InProgress))
 	}
 	b.WriteString("\nAPI requests of the peer per upgraded node, by verb and resource (conflicts in brackets):\n\n")
 	b.WriteString("| nodes | parallelism | per-node time | requests per node |\n|---:|---|---:|---|\n")

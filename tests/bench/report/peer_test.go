@@ -180,3 +180,48 @@ func TestMarkdownSaysNotMeasured(t *testing.T) {
 		t.Fatalf("target rows:\n%s", md)
 	}
 }
+
+// The realistic run at 6f921cd: the peer under the physical limit, which
+// its reconcile trace shows came from three nodes at once in two of its
+// four waves. With the nodes in progress recorded, the report says so
+// beside the figure; npu-stack with more than p at once misses the wall
+// target however short its wall.
+func TestPeerUnderTheLimitIsExplainedByItsConcurrency(t *testing.T) {
+	s := peerScenario(10, "2", 300, 1504, 1451, 89, 214)
+	s.Effective, s.Together, s.Limit, s.TimeScale, s.Upgraded, s.Peer.Upgraded = 2, true, 1500, 1, 10, 10
+	s.InProgress = &Concurrency{Max: 2, MaxAt: 3, Nodes: 10, MeanCycle: 300.2}
+	s.Peer.InProgress = &Concurrency{Max: 3, MaxAt: 726, OverParallelism: 724, Nodes: 10, MeanCycle: 362}
+
+	var wall Target
+	for _, tg := range peerTargets([]Scenario{s}) {
+		if tg.Name == "npu-stack's wall, unscaled, at once with the peer" {
+			wall = tg
+		}
+	}
+	want := "the peer 0.967 × (1451 s, up to 3 nodes in progress at once against a parallelism of 2 (724 s over it), so its limit is not ceil(N/p) × t)"
+	if !wall.Met || !strings.Contains(wall.Got, want) || strings.Contains(wall.Got, "1500 s, up to") {
+		t.Errorf("wall target %+v: want met, npu-stack's figure plain and the peer's explained: %q", wall, want)
+	}
+	md := Markdown(Report{Scenarios: []Scenario{s}})
+	for _, want := range []string{
+		"| 1.003 | 0.967 | 2 / **3** (724 s over p) |",
+		"| 55 MiB | 300 s / 362 s |",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("missing %q in:\n%s", want, md)
+		}
+	}
+	// Results written before the nodes in progress were recorded.
+	old := s
+	old.InProgress, old.Peer = nil, &Peer{Wall: s.Peer.Wall, Upgraded: 10}
+	if md := Markdown(Report{Scenarios: []Scenario{old}}); !strings.Contains(md, "| 0.967 | — / — |") {
+		t.Errorf("a run without the record does not say so:\n%s", md)
+	}
+
+	s.InProgress = &Concurrency{Max: 3, OverParallelism: 10, Nodes: 10}
+	for _, tg := range peerTargets([]Scenario{s}) {
+		if tg.Name == wall.Name && (tg.Met || !strings.Contains(tg.Got, "1.003 × (1504 s against 1500 s, up to 3 nodes")) {
+			t.Errorf("wall target %+v with npu-stack 3 nodes at once against 2: want not met, and said why", tg)
+		}
+	}
+}

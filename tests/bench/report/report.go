@@ -104,6 +104,10 @@ type Scenario struct {
 	// PeerOwnFleet: the peer upgraded nodes of its own, not npu-stack's.
 	PeerOwnFleet bool `json:"peerOwnFleet,omitempty"`
 
+	// InProgress is how many nodes the rollout had in progress at once
+	// (nil: not recorded).
+	InProgress *Concurrency `json:"inProgress,omitempty"`
+
 	// Peer is the same upgrade by NVIDIA's library (nil: not run).
 	Peer *Peer `json:"peer,omitempty"`
 }

@@ -82,6 +82,9 @@ func (b *Bed) runPeer(ctx context.Context, spec Spec, gate peerrun.Gate) (*repor
 	}
 	out := &report.Peer{Wall: report.S(wall), Upgraded: want, CPU: report.S(u1.CPU), PeakMB: procstat.MiB(u1.PeakRSS),
 		SimWrites: int64(f.SimWrites() - simBefore), PlannedRequeue: report.S(requeue), APIServerIdleCores: b.idleAPIServer}
+	if out.InProgress, err = concurrency(p.InProgress(), spec.Parallelism.Effective(n), start, filepath.Join(b.cfg.Dir, name+".inprogress.tsv")); err != nil {
+		return nil, err
+	}
 	if out.APIServerCPU, err = b.apiServerCPUSince(cpu0, wall); err != nil {
 		return nil, err
 	}

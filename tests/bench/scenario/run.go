@@ -155,6 +155,9 @@ func (b *Bed) runNPUStack(ctx context.Context, spec Spec, gate peerrun.Gate) (re
 	}
 	out.Requests = reportCounts(counts)
 	timelines := b.rec.Take()
+	if out.InProgress, err = concurrency(steplat.InProgress(timelines, doneAt), eff, upStart, strings.TrimSuffix(logPath, ".log")+".inprogress.tsv"); err != nil {
+		return out, err
+	}
 	lat := steplat.Analyze(timelines, version, eff)
 	cycle := steplat.MeanCycle(steplat.Cycles(timelines, version))
 	out.CycleMean, out.CycleRollout = report.S(cycle.Total), report.S(cycle.Rollout)
