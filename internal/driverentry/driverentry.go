@@ -40,10 +40,16 @@ type Plan struct {
 	// Pending is set when Desired differs from an already loaded version:
 	// only a reboot activates it.
 	Pending bool
-	// Staged: Pending, and Desired was already installed over the loaded
-	// version in this boot; the next boot loads it.
-	Staged bool
+	// Installed is the version on disk, the one the next boot loads: the
+	// loaded one unless another was installed over it in this boot.
+	Installed string
 }
+
+// NeedsInstall is true when the disk does not hold the desired version
+// although a driver is loaded: a new version (Pending), or the loaded one
+// again after another was installed over it in this boot (a rollback
+// before the reboot). It is installed on the drained node (StageNow).
+func (p Plan) NeedsInstall() bool { return !p.Install && p.Installed != p.Desired }
 
 // Decide is the gate's whole policy.
 func Decide(loaded, desired string) Plan {
@@ -110,12 +116,11 @@ func Prepare(ctx context.Context, cfg Config, d Deps) (Plan, error) {
 		return Plan{}, fmt.Errorf("node %s: read the loaded driver version: %w", cfg.NodeName, err)
 	}
 	plan := Decide(loaded, cfg.DriverVersion)
-	if plan.Pending {
-		staged, ok, err := cfg.Markers.Staged()
-		if err != nil {
-			return plan, fmt.Errorf("node %s: %w", cfg.NodeName, err)
-		}
-		plan.Staged = ok && staged == plan.Desired
+	plan.Installed = plan.Loaded
+	if staged, ok, err := cfg.Markers.Staged(); err != nil {
+		return plan, fmt.Errorf("node %s: %w", cfg.NodeName, err)
+	} else if ok && !plan.Install {
+		plan.Installed = staged
 	}
 	node, err := d.Nodes.Get(ctx, cfg.NodeName)
 	if err != nil {
@@ -144,13 +149,9 @@ func Prepare(ctx context.Context, cfg Config, d Deps) (Plan, error) {
 	} else if err := cfg.Markers.SetReady(plan.Loaded); err != nil {
 		return plan, fmt.Errorf("node %s: %w", cfg.NodeName, err)
 	}
-	installed := plan.Loaded
-	if plan.Staged {
-		installed = plan.Desired
-	}
 	node, err = d.Nodes.Patch(ctx, cfg.NodeName, kube.NodeChange{
 		Labels:      map[string]*string{cfg.Keys.DriverVersion(): kube.Set(plan.Loaded)},
-		Annotations: map[string]*string{cfg.Keys.InstalledDriver(): kube.Set(installed)},
+		Annotations: map[string]*string{cfg.Keys.InstalledDriver(): kube.Set(plan.Installed)},
 	})
 	if err != nil {
 		return plan, err
@@ -159,8 +160,12 @@ func Prepare(ctx context.Context, cfg Config, d Deps) (Plan, error) {
 	case plan.Install:
 		log.Info("driver installed and loaded")
 		d.Events.Node(node, false, contract.EventDriverLoaded, "driver %s installed and loaded on a fresh boot", plan.Loaded)
-	case plan.Staged:
+	case plan.Pending && !plan.NeedsInstall():
 		log.WithField("loaded", plan.Loaded).Info("desired driver already installed over the loaded one in this boot; the next reboot loads it")
+	case plan.NeedsInstall() && !plan.Pending:
+		log.WithField("installed", plan.Installed).Warn("the desired driver is loaded but another version was installed over it in this boot; it is installed again once the rollout has drained this node and asks for its reboot")
+		d.Events.Node(node, false, contract.EventDriverActivationPending,
+			"driver %s is loaded but %s is installed on disk; %s is installed again once the rollout has drained the node and asks for its reboot", plan.Loaded, plan.Installed, plan.Desired)
 	case plan.Pending:
 		log.WithField("loaded", plan.Loaded).Warn("another driver version is loaded; it stays loaded (chips do not survive unloading) until the rollout drains this node and asks for its reboot, when the desired one is installed")
 		d.Events.Node(node, false, contract.EventDriverActivationPending,
@@ -178,7 +183,7 @@ func Prepare(ctx context.Context, cfg Config, d Deps) (Plan, error) {
 // the error is on the node and in the log, and nothing reboots for it.
 func Run(ctx context.Context, cfg Config, d Deps) error {
 	plan, err := Prepare(ctx, cfg, d)
-	if err == nil && plan.Pending && !plan.Staged {
+	if err == nil && plan.NeedsInstall() {
 		err = stage(ctx, cfg, d)
 	}
 	var failed *InstallError

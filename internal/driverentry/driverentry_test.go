@@ -115,7 +115,7 @@ func TestPrepareSameVersionRecordsOnly(t *testing.T) {
 func TestPrepareOtherVersionIdlesOnTheLoadedOne(t *testing.T) {
 	cfg, d, h, ev := setup(t, "25.3.0")
 	plan, err := Prepare(context.Background(), cfg, d)
-	if err != nil || !plan.Pending || plan.Staged {
+	if err != nil || !plan.Pending || !plan.NeedsInstall() {
 		t.Fatalf("plan %+v, %v", plan, err)
 	}
 	if st, _ := h.State(); st.Installs != 0 || st.LoadedDriver != "25.3.0" {
@@ -191,7 +191,7 @@ func TestPendingVersionInstalledAtTheReboot(t *testing.T) {
 	// A replaced driver pod in the same boot: version.info says 25.5.0,
 	// the kernel still runs 25.3.0.
 	plan, err := Prepare(context.Background(), cfg, d)
-	if err != nil || !plan.Pending || !plan.Staged || plan.Loaded != "25.3.0" || label(t, d) != "25.3.0" {
+	if err != nil || !plan.Pending || plan.NeedsInstall() || plan.Installed != "25.5.0" || plan.Loaded != "25.3.0" || label(t, d) != "25.3.0" {
 		t.Fatalf("after the install, same boot: plan %+v, %v, label %q; want 25.3.0 still loaded, 25.5.0 staged", plan, err, label(t, d))
 	}
 	if st, _ := h.State(); st.Installs != 1 {
@@ -286,5 +286,36 @@ func TestValidate(t *testing.T) {
 		if err := c.Validate(); err == nil {
 			t.Errorf("accepted %+v", c)
 		}
+	}
+}
+
+// A rollback before the reboot: 25.5.0 was installed over the loaded
+// 25.3.0, then 25.3.0 is desired again. The disk must hold what runs, or
+// the next boot (planned or not) loads 25.5.0: the pod reports the disk's
+// version and installs 25.3.0 again on the drained node.
+func TestRollbackBeforeTheRebootInstallsTheLoadedVersionAgain(t *testing.T) {
+	cfg, d, h, _ := setup(t, "25.3.0")
+	if _, err := d.Nodes.Patch(context.Background(), "n1", kube.NodeChange{Labels: map[string]*string{
+		cfg.Keys.UpgradeState(): kube.Set("reboot-required"), cfg.Keys.RebootRequired(): kube.Set("true")}}); err != nil {
+		t.Fatal(err)
+	}
+	stop := run(t, cfg, d)
+	waitAnnotation(t, d, cfg.Keys.InstalledDriver(), "25.5.0")
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	back := cfg
+	back.DriverVersion = "25.3.0"
+	plan, err := Prepare(context.Background(), back, d)
+	if err != nil || plan.Pending || !plan.NeedsInstall() || plan.Installed != "25.5.0" || annotation(t, d, cfg.Keys.InstalledDriver()) != "25.5.0" {
+		t.Fatalf("rolled back before the reboot: plan %+v, %v, installed-version %q; want 25.3.0 loaded, 25.5.0 on disk and reported", plan, err, annotation(t, d, cfg.Keys.InstalledDriver()))
+	}
+	stop = run(t, back, d)
+	waitAnnotation(t, d, cfg.Keys.InstalledDriver(), "25.3.0")
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := h.State(); st.Installs != 2 || st.LoadedDriver != "25.3.0" || st.InstalledDriver != "25.3.0" {
+		t.Fatalf("host after the rollback's install: %+v; want 25.3.0 loaded and on disk", st)
 	}
 }

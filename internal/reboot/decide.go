@@ -262,12 +262,13 @@ func Decide(f Facts, p Policy, now time.Time) Action {
 // version) has not installed the upgrade's target, so the boot would load
 // the old driver again. "" when the reboot may go ahead: no upgrade in
 // reboot-required, no driver pod managing the driver (no installed-version
-// record), the target installed, or already loaded.
+// record), or the target installed. A target already loaded is no
+// exception: the disk may hold another version (installed before a
+// rollback), which the boot would load.
 func installPending(n *corev1.Node, k contract.Keys) string {
 	target := n.Annotations[k.UpgradeTarget()]
 	installed, managed := n.Annotations[k.InstalledDriver()]
-	if n.Labels[k.UpgradeState()] != string(contract.StateRebootRequired) || !managed || target == "" ||
-		installed == target || n.Labels[k.DriverVersion()] == target {
+	if n.Labels[k.UpgradeState()] != string(contract.StateRebootRequired) || !managed || target == "" || installed == target {
 		return ""
 	}
 	return fmt.Sprintf("waits for the driver pod on node %s to install driver %s (%s=%s): the reboot would load %s again. "+

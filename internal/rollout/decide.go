@@ -162,8 +162,11 @@ func decideIdle(b builder, n NodeView, acts *[]Action, pr *Progress) string {
 		*acts = append(*acts, staleApproval(b, n)...)
 		return "skip label set"
 	}
-	*acts = append(*acts, b.transition(n, contract.StateUpgradeRequired,
-		fmt.Sprintf("driver %s loaded, %s desired", n.Loaded, n.Desired)))
+	why := fmt.Sprintf("driver %s loaded, %s desired", n.Loaded, n.Desired)
+	if n.Loaded == n.Desired {
+		why = fmt.Sprintf("driver %s loaded and desired, but %s installed on disk (the next boot would load it)", n.Loaded, n.Installed)
+	}
+	*acts = append(*acts, b.transition(n, contract.StateUpgradeRequired, why))
 	return ""
 }
 

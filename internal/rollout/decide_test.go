@@ -458,6 +458,29 @@ func TestUnknownStateFails(t *testing.T) {
 func TestRollbackBeforeRebootReturnsNode(t *testing.T) {
 	want(t, decide(policy(), nv("a", in(contract.StateDrainRequired), loaded("2.0"))), "a:drain-required>uncordon-required")
 	want(t, decide(policy(), nv("a", in(contract.StateUpgradeRequired), loaded("2.0"))), "a:upgrade-required>done")
+	// Unless another version was already installed over the loaded one:
+	// the node keeps its reboot, before which the driver pod installs the
+	// desired version again (the next boot would load the other).
+	onDisk := func(v string) func(*NodeView) { return func(n *NodeView) { n.Installed = v } }
+	before := func(n *NodeView) { n.UpgradeBootID, n.Target, n.RebootRequired = "boot-a", "3.0", true }
+	d := decide(policy(func(p *Policy) { p.AutoUpgrade = true }), nv("a", in(contract.StateRebootRequired), loaded("2.0"), onDisk("3.0"), before))
+	want(t, d, "a:reboot-required>reboot-required")
+	if got := d.Actions[0].Change.Annotations[keys.UpgradeTarget()]; got == nil || *got != "2.0" {
+		t.Fatalf("target %v, want the desired 2.0", got)
+	}
+	// Installed again: the rollback shortcut gives the node back.
+	want(t, decide(policy(), nv("a", in(contract.StateRebootRequired), loaded("2.0"), onDisk("2.0"), before)), "a:reboot-required>uncordon-required")
+}
+
+// An idle node whose loaded driver is the desired one but whose disk holds
+// another is upgraded: the next boot would load the other.
+func TestInstalledVersionOtherThanDesiredIsOutOfDate(t *testing.T) {
+	d := decide(policy(), nv("a", loaded("2.0"), func(n *NodeView) { n.Installed = "3.0" }))
+	want(t, d, "a:done>upgrade-required")
+	if !strings.Contains(d.Actions[0].Message, "3.0 installed on disk") {
+		t.Fatalf("message %q must name the version on disk", d.Actions[0].Message)
+	}
+	want(t, decide(policy(), nv("a", loaded("2.0"), func(n *NodeView) { n.Installed = "2.0" })))
 }
 
 // A rollout that first looks after the reboot completed (the rebooter

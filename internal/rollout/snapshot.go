@@ -43,7 +43,11 @@ type NodeView struct {
 	ProfileError string
 	Desired      string
 	Loaded       string
-	DriverReady  bool
+	// Installed is the driver pod's driver-upgrade.installed-version: the
+	// version on disk, which the next boot loads ("" when no driver pod
+	// records it).
+	Installed   string
+	DriverReady bool
 
 	// Bookkeeping annotations.
 	WasCordoned    *bool
@@ -112,14 +116,19 @@ type TargetPod struct {
 }
 
 // OutOfDate is true when the node's profile wants a driver other than the
-// one loaded. A node whose loaded version is unknown yet (driver pod not
-// reported) is not out of date: nothing is started on a guess.
+// one loaded, or than the one on disk (a version installed over the
+// loaded one before a rollback: the next boot would load it). A node
+// whose loaded version is unknown yet (driver pod not reported) is not out
+// of date: nothing is started on a guess.
 func (n NodeView) OutOfDate() bool {
-	return n.Desired != "" && n.Loaded != "" && n.Loaded != n.Desired
+	return n.Desired != "" && n.Loaded != "" && (n.Loaded != n.Desired || n.Installed != "" && n.Installed != n.Desired)
 }
 
-// UpToDate is true when the desired version is loaded.
-func (n NodeView) UpToDate() bool { return n.Desired != "" && n.Loaded == n.Desired }
+// UpToDate is true when the desired version is loaded and, where the
+// driver pod records it, on disk.
+func (n NodeView) UpToDate() bool {
+	return n.Desired != "" && n.Loaded == n.Desired && (n.Installed == "" || n.Installed == n.Desired)
+}
 
 // Unavailable counts toward maxUnavailable: cordoned, NotReady, or being
 // upgraded.

@@ -97,7 +97,7 @@ func (s *Story) Run(ctx context.Context) error {
 	}
 	if len(s.Fleet.Real) > 0 {
 		var err error
-		if s.workload, err = s.startWorkload(ctx, s.workloadImage); err != nil {
+		if s.workload, err = s.startWorkload(ctx, s.workloadImage, v1); err != nil {
 			return err
 		}
 	}
@@ -152,7 +152,7 @@ func (s *Story) Run(ctx context.Context) error {
 		}
 		// The recovery drained the node: the workload is back on a new pod.
 		var err error
-		if s.workload, err = s.workloadRunning(ctx, s.workload); err != nil {
+		if s.workload, err = s.workloadRunning(ctx, s.workload, v2); err != nil {
 			return err
 		}
 	}
@@ -192,7 +192,7 @@ func (s *Story) realUpgraded(ctx context.Context, version string) error {
 	if err := s.checkReal(version); err != nil {
 		return err
 	}
-	uid, err := s.workloadRunning(ctx, s.workload)
+	uid, err := s.workloadRunning(ctx, s.workload, version)
 	s.workload = uid
 	return err
 }

@@ -37,6 +37,7 @@ import (
 //     and the fleet's in it, hooks.mode job); the bump is a commit, the
 //     rollback `git revert`.
 func TestArgoCDStory(t *testing.T) {
+	t.Parallel() // its own namespace, release and nodes: see main_test.go
 	ctx := ctxTimeout(t, 3*time.Minute)
 	argo, err := env.StartArgoCD(ctx)
 	if err != nil {

@@ -80,7 +80,7 @@ func runArgoFailures(ctx context.Context, t *testing.T, s *stack, d *argoDeploye
 			t.Fatal(err)
 		}
 		t.Logf("application controller killed during the operation started %s: %s", started, testbed.ApplicationState(before))
-		kubectl(ctx, t, seedApproveAll)
+		kubectl(ctx, t, s.approveAll())
 		s.waitFleet(ctx, vKilled)
 		if err := d.argo.StartController(ctx); err != nil {
 			t.Fatal(err)
@@ -102,7 +102,7 @@ func runArgoFailures(ctx context.Context, t *testing.T, s *stack, d *argoDeploye
 		s.mirror(ctx, vDeadline)
 		d.patchValues(ctx, t, values(vDeadline, 60)) // the schema's minimum; nobody approves
 		d.waitRetrying(ctx, t, "PostSync", "-rollout")
-		kubectl(ctx, t, seedApproveAll)
+		kubectl(ctx, t, s.approveAll())
 		d.syncs++
 		d.waiter(ctx, t, d.s.release, vDeadline, d.syncs)()
 		reboots++

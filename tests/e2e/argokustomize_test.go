@@ -3,7 +3,6 @@ package e2e_test
 import (
 	"context"
 	"fmt"
-	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -25,26 +24,10 @@ import (
 // user's edits: the mirror's URL and the chart version mirrored there.
 func (d *argoDeployer) argoKustomization(t *testing.T) string {
 	t.Helper()
-	doc, err := os.ReadFile(filepath.Join("..", "..", "docs", "deployers.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := regexp.MustCompile("(?s)```yaml\n(# kustomization.yaml \\(Argo CD\\)\n.*?)```").FindSubmatch(doc)
-	if m == nil {
-		t.Fatal("docs/deployers.md has no ```yaml block starting with '# kustomization.yaml (Argo CD)'")
-	}
-	k := string(m[1])
-	for _, edit := range []struct{ re, to string }{
+	return docKustomization(t, "# kustomization.yaml (Argo CD)", [][2]string{
 		{`registry\.example\.com/openfuyao/charts`, d.argo.ChartRepoURL()},
 		{`targetRevision, value: "[^"]*"`, fmt.Sprintf("targetRevision, value: %q", env.Product.ChartVersion)},
-	} {
-		re := regexp.MustCompile(edit.re)
-		if !re.MatchString(k) {
-			t.Fatalf("docs/deployers.md's Argo CD kustomization has no %s to edit:\n%s", edit.re, k)
-		}
-		k = re.ReplaceAllString(k, edit.to)
-	}
-	return k
+	})
 }
 
 // argoObserve is the test's own patch, after the user's: the Application,
@@ -125,45 +108,12 @@ func (d *argoDeployer) writeArgoKustomization(t *testing.T, vals map[string]any,
 
 // checkArgoEdits: the documented kustomization's output differs from the
 // example in the repository's URL (and its plain-HTTP and credential
-// keys), the chart version and the values only, and does change the
-// URLs and the values.
+// keys), the chart version and the values only, and does change the URLs
+// and the values.
 func checkArgoEdits(ctx context.Context, t *testing.T, dir string) {
 	t.Helper()
-	out := decodeAll(t, kubectl(ctx, t, "kubectl kustomize "+dir))
-	example := map[string]*unstructured.Unstructured{}
-	for _, kind := range []string{"Secret", "Application"} {
-		example[kind] = exampleObject(t, "argocd-application.yaml", kind)
-	}
-	allowed := map[string]*regexp.Regexp{
+	checkEdits(ctx, t, dir, "argocd-application.yaml", map[string]*regexp.Regexp{
 		"Secret":      regexp.MustCompile(`^\.stringData\.(url|insecureOCIForceHttp|username|password)$`),
 		"Application": regexp.MustCompile(`^\.spec\.source\.(repoURL|targetRevision|helm\.valuesObject(\..*)?)$`),
-	}
-	if len(out) != len(example) {
-		t.Fatalf("the Argo CD kustomization renders %d objects, the example has %d", len(out), len(example))
-	}
-	changed := map[string]bool{}
-	for _, o := range out {
-		ex := example[o.GetKind()]
-		if ex == nil {
-			t.Fatalf("the Argo CD kustomization renders a %s the example does not have", o.GetKind())
-		}
-		for _, p := range diffPaths(ex.Object, o.Object, "") {
-			if !allowed[o.GetKind()].MatchString(p) {
-				t.Errorf("the documented Argo CD kustomization changes %s %s, which a user keeps as the example has it", o.GetKind(), p)
-			}
-			changed[o.GetKind()+" "+p] = true
-		}
-	}
-	t.Logf("the user's edits: %v", slices.Sorted(maps.Keys(changed)))
-	for _, must := range []string{"Secret .stringData.url", "Application .spec.source.repoURL", "Application .spec.source.helm.valuesObject"} {
-		found := false
-		for p := range changed {
-			if p == must || regexp.MustCompile("^"+regexp.QuoteMeta(must)+`\.`).MatchString(p) {
-				found = true
-			}
-		}
-		if !found {
-			t.Errorf("the Argo CD kustomization does not change %s", must)
-		}
-	}
+	}, "Secret .stringData.url", "Application .spec.source.repoURL", "Application .spec.source.helm.valuesObject")
 }

@@ -62,7 +62,7 @@ func runCLIFailures(ctx context.Context, t *testing.T, s *stack, h *helmCLI, upg
 		}
 		t.Logf("the user's terminal:\n%s", tail(out, 12))
 		h.checkStatus(ctx, t, "failed", "post-upgrade hooks failed")
-		kubectl(ctx, t, seedApproveAll)
+		kubectl(ctx, t, s.approveAll())
 		if out, err := upgrade("driver.version="+vDeadline, "hooks.activeDeadlineSeconds=7200"); err != nil {
 			t.Fatalf("the retry: %v\n%s", err, out)
 		}

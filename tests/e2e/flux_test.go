@@ -96,24 +96,32 @@ const observeDrift = `  - target: {kind: HelmRelease, name: npu-stack}
 // two edits: the mirror's URL and the chart version mirrored there.
 func fluxKustomization(t *testing.T) string {
 	t.Helper()
+	return docKustomization(t, "# kustomization.yaml", [][2]string{
+		{`oci://registry\.example\.com/`, "oci://" + env.Registry.Host + "/"},
+		{`tag: "[^"]*"`, fmt.Sprintf("tag: %q", env.Product.ChartVersion)},
+	})
+}
+
+// docKustomization is the ```yaml block of docs/deployers.md whose first
+// line is title, with each edit (a regexp the block must match, and its
+// replacement) made as a user makes it.
+func docKustomization(t *testing.T, title string, edits [][2]string) string {
+	t.Helper()
 	doc, err := os.ReadFile(filepath.Join("..", "..", "docs", "deployers.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := regexp.MustCompile("(?s)```yaml\n(# kustomization.yaml\n.*?)```").FindSubmatch(doc)
+	m := regexp.MustCompile("(?s)```yaml\n(" + regexp.QuoteMeta(title) + "\n.*?)```").FindSubmatch(doc)
 	if m == nil {
-		t.Fatal("docs/deployers.md has no ```yaml block starting with '# kustomization.yaml'")
+		t.Fatalf("docs/deployers.md has no ```yaml block starting with %q", title)
 	}
 	k := string(m[1])
-	for _, edit := range []struct{ re, to string }{
-		{`oci://registry\.example\.com/`, "oci://" + env.Registry.Host + "/"},
-		{`tag: "[^"]*"`, fmt.Sprintf("tag: %q", env.Product.ChartVersion)},
-	} {
-		re := regexp.MustCompile(edit.re)
+	for _, edit := range edits {
+		re := regexp.MustCompile(edit[0])
 		if !re.MatchString(k) {
-			t.Fatalf("docs/deployers.md's kustomization has no %s to edit:\n%s", edit.re, k)
+			t.Fatalf("docs/deployers.md's %q block has no %s to edit:\n%s", title, edit[0], k)
 		}
-		k = re.ReplaceAllString(k, edit.to)
+		k = re.ReplaceAllString(k, edit[1])
 	}
 	return k
 }
@@ -170,41 +178,48 @@ func (d *fluxDeployer) deploy(ctx context.Context, t *testing.T, vals map[string
 // values only, and does change the url and the values.
 func checkFluxEdits(ctx context.Context, t *testing.T, dir string) {
 	t.Helper()
-	out := decodeAll(t, kubectl(ctx, t, "kubectl kustomize "+dir))
-	example := map[string]*unstructured.Unstructured{}
-	for _, kind := range []string{"OCIRepository", "HelmRelease"} {
-		example[kind] = exampleObject(t, "flux-helmrelease.yaml", kind)
-	}
-	allowed := map[string]*regexp.Regexp{
+	checkEdits(ctx, t, dir, "flux-helmrelease.yaml", map[string]*regexp.Regexp{
 		"OCIRepository": regexp.MustCompile(`^\.spec\.(url|insecure|ref(\..*)?)$`),
 		"HelmRelease":   regexp.MustCompile(`^\.spec\.values(\..*)?$`),
+	}, "OCIRepository .spec.url", "HelmRelease .spec.values")
+}
+
+// checkEdits: `kubectl kustomize dir` renders the objects of the example
+// file, each changed only at the paths allowed for its kind (a user's
+// edits), and changed at least at each of must (a path or its prefix).
+func checkEdits(ctx context.Context, t *testing.T, dir, file string, allowed map[string]*regexp.Regexp, must ...string) {
+	t.Helper()
+	out := decodeAll(t, kubectl(ctx, t, "kubectl kustomize "+dir))
+	example := map[string]*unstructured.Unstructured{}
+	for kind := range allowed {
+		example[kind] = exampleObject(t, file, kind)
 	}
 	changed := map[string]bool{}
 	if len(out) != len(example) {
-		t.Fatalf("the kustomization renders %d objects, the example has %d", len(out), len(example))
+		t.Fatalf("the kustomization of %s renders %d objects, the example has %d", file, len(out), len(example))
 	}
 	for _, o := range out {
 		ex := example[o.GetKind()]
 		if ex == nil {
-			t.Fatalf("the kustomization renders a %s the example does not have", o.GetKind())
+			t.Fatalf("the kustomization of %s renders a %s the example does not have", file, o.GetKind())
 		}
 		for _, p := range diffPaths(ex.Object, o.Object, "") {
 			if !allowed[o.GetKind()].MatchString(p) {
-				t.Errorf("the documented kustomization changes %s %s, which a user keeps as the example has it", o.GetKind(), p)
+				t.Errorf("the documented kustomization of %s changes %s %s, which a user keeps as the example has it", file, o.GetKind(), p)
 			}
 			changed[o.GetKind()+" "+p] = true
 		}
 	}
-	t.Logf("the user's edits: %v", slices.Sorted(maps.Keys(changed)))
-	for _, must := range []string{"OCIRepository .spec.url", "HelmRelease .spec.values"} {
+	t.Logf("the user's edits of %s: %v", file, slices.Sorted(maps.Keys(changed)))
+	for _, m := range must {
 		found := false
 		for p := range changed {
-			if p == must || regexp.MustCompile("^"+regexp.QuoteMeta(must)+`\.`).MatchString(p) {
+			if p == m || strings.HasPrefix(p, m+".") {
 				found = true
 			}
 		}
 		if !found {
-			t.Errorf("the kustomization does not change %s", must)
+			t.Errorf("the kustomization of %s does not change %s", file, m)
 		}
 	}
 }

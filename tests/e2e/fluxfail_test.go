@@ -29,9 +29,6 @@ func (s *stack) failVersions() (refused, killed, deadline string) {
 // `flux reconcile helmrelease npu-stack -n flux-system --force` writes.
 const fluxForce = `t=$(date +%s%N); kubectl -n flux-system annotate helmrelease npu-stack --overwrite reconcile.fluxcd.io/requestedAt=$t reconcile.fluxcd.io/forceAt=$t`
 
-// seedApproveAll is the seed's approve-all command.
-const seedApproveAll = "kubectl get nodes -l openfuyao.com/npu.present -o name | xargs -I{} kubectl annotate {} npu.openfuyao.com/approve-reboot=true --overwrite"
-
 // runFluxFailures: what a Flux user sees when an upgrade fails, and the
 // documented retry bringing the fleet home, on the story's fleet (every
 // node on v1 after two reboots) and HelmRelease:
@@ -89,7 +86,7 @@ func runFluxFailures(ctx context.Context, t *testing.T, s *stack, d *fluxDeploye
 		}
 		// The rollout Job is the cluster's, not helm-controller's: it
 		// goes on, and the approvals bring the fleet home.
-		kubectl(ctx, t, seedApproveAll)
+		kubectl(ctx, t, s.approveAll())
 		s.waitFleet(ctx, vKilled)
 		if err := d.flux.StartHelmController(ctx); err != nil {
 			t.Fatal(err)
@@ -117,7 +114,7 @@ func runFluxFailures(ctx context.Context, t *testing.T, s *stack, d *fluxDeploye
 		hr := d.waitFailed(ctx, t, "post-upgrade hooks failed")
 		t.Logf("HelmRelease: %s", fluxState(hr))
 		hooks["activeDeadlineSeconds"] = deadline
-		kubectl(ctx, t, seedApproveAll)
+		kubectl(ctx, t, s.approveAll())
 		d.applyValues(ctx, t, s.vals) // a new generation: a new upgrade
 		d.waitDeployed(ctx, t)
 		reboots++

@@ -21,6 +21,7 @@ import (
 // pulled from the registry, `helm upgrade --reuse-values --set
 // driver.version`, `helm rollback`.
 func TestHelm3CLIStory(t *testing.T) {
+	t.Parallel() // its own namespace, release and nodes: see main_test.go
 	s := newStack(t, "", "", 2, 1)
 	runStory(t, s, newHelmCLI(t, s, "helm3/helm"))
 }
@@ -30,6 +31,7 @@ func TestHelm3CLIStory(t *testing.T) {
 // post-upgrade hook that reboots, so the wait never deadlocks it. Then
 // the failure stories on the same fleet (runCLIFailures).
 func TestHelm4CLIStory(t *testing.T) {
+	t.Parallel() // its own namespace, release and nodes: see main_test.go
 	s := newStack(t, "", "", 2, 1)
 	h := newHelmCLI(t, s, "helm4/helm")
 	h.extra = []string{"--wait=watcher"}

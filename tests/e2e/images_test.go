@@ -18,6 +18,7 @@ import (
 // anything is cordoned; had it gone on, the new driver pods would sit in
 // ImagePullBackOff.
 func TestMissingDriverImageIsRefusedBeforeAnyCordon(t *testing.T) {
+	t.Parallel() // its own namespace, release and nodes: see main_test.go
 	ctx := ctxTimeout(t, 10*time.Minute)
 	s := newStack(t, "", "", 2, 0)
 	if _, err := s.helm.Install(ctx, s.release, s.vals, testbed.InstallOptions{}); err != nil {

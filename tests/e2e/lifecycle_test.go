@@ -99,6 +99,7 @@ func TestInstallUpgradeRollbackWithTheSeedCommands(t *testing.T) {
 // hook's log naming the stuck nodes and the fix; approving and rerunning
 // helm upgrade continues from the nodes' state.
 func TestHookFailureIsLoudAndRerunContinues(t *testing.T) {
+	t.Parallel() // its own namespace, release and nodes: see main_test.go
 	ctx := ctxTimeout(t, 12*time.Minute)
 	s := newStack(t, "", "", 2, 0)
 	s.policy()["autoUpgrade"] = false

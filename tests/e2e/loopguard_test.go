@@ -12,6 +12,7 @@ import (
 // reboot loading the version it was asked for, finish without a refusal:
 // the loop guard counts only reboots that did not achieve their purpose.
 func TestUpgradeRollbackUpgradeUpgradeWithinAnHour(t *testing.T) {
+	t.Parallel() // its own namespace, release and nodes: see main_test.go
 	ctx := ctxTimeout(t, 15*time.Minute)
 	s := newStack(t, "", "", 2, 0)
 	delete(s.vals["rebooter"].(map[string]any), "rebootBudget") // the chart's default: 3 per 60 minutes

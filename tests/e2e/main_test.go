@@ -41,6 +41,12 @@ const (
 	osRelease  = "ubuntu22.04"
 )
 
+// Tests with a namespace, release and nodes of their own run in parallel
+// (t.Parallel, at most -parallel, GOMAXPROCS by default, at once): they
+// mostly wait for reboots and engines. Those that stay sequential run
+// first: the ones using the fixed npu-operator namespace (the seed's
+// commands, Flux's and helmfile's examples) and the controller-manager
+// outage, which stops what every other test's DaemonSets and Jobs need.
 func TestMain(m *testing.M) { os.Exit(testbed.Main(m, &env)) }
 
 func ctxTimeout(t *testing.T, d time.Duration) context.Context {

@@ -81,7 +81,7 @@ func runStory(t *testing.T, s *stack, d deployer) {
 	s.setVersion(v2)
 	done := d.deploy(ctx, t, s.vals)
 	s.waitRebootAsked(ctx)
-	kubectl(ctx, t, "kubectl get nodes -l openfuyao.com/npu.present -o name | xargs -I{} kubectl annotate {} npu.openfuyao.com/approve-reboot=true --overwrite")
+	kubectl(ctx, t, s.approveAll())
 	done()
 	s.check(ctx, v2, 1)
 	s.checkRerolled(ctx)
@@ -148,6 +148,15 @@ func (s *stack) listNodes(ctx context.Context) []corev1.Node {
 // approveEach approves, with the seed's per-node command, each node of
 // the stack that waits for a reboot without an approval, until stopped;
 // stop reports (in the test's goroutine) any approval that failed.
+// approveAll is the seed's approve-all command narrowed to this stack's
+// nodes: stories run in parallel (main_test.go), and an approval of
+// another story's node would authorise a reboot that story waits to see
+// refused. TestInstallUpgradeRollbackWithTheSeedCommands, which runs
+// alone, runs the seed's command verbatim.
+func (s *stack) approveAll() string {
+	return "kubectl get nodes -l openfuyao.com/npu.present," + s.selector() + " -o name | xargs -I{} kubectl annotate {} npu.openfuyao.com/approve-reboot=true --overwrite"
+}
+
 func (s *stack) approveEach(ctx context.Context) (stop func()) {
 	ctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
