@@ -85,6 +85,7 @@ func shCommands(t *testing.T) []docCommand {
 var notRunHere = []struct{ prefix, why string }{
 	{"helm ", "an install (the README tour, run as written by runReadmeTour, installs the release the pages run against), a driver version change (manual mode waits for approvals given by later lines; the tour runs one with its approvals), an uninstall (later pages need the release) or a command against a registry this machine cannot reach; helm upgrades that change no driver, history and rollback run (helmRuns); tests/e2e drives the helm v3 and v4 CLIs through install, upgrade and rollback"},
 	{"wait", "waits for a background helm of the README tour, which runReadmeTour runs as one shell"},
+	{"kubectl wait node/npu-1 ", "waits for the README tour's wedge (bin/npu-cluster wedge) to be seen and healed, which runReadmeTour runs as one shell"},
 	{"helmfile ", "the example file is synced by the real helmfile in tests/e2e (TestHelmfileStory)"},
 	{"make ", "a make target: `make test` runs this test, `make demo` is the demo, `make cluster`/`cluster-down` start and stop the local cluster (this test runs its own control plane)"},
 	{"export ", "this test sets KUBECONFIG and PATH itself"},
@@ -93,7 +94,7 @@ var notRunHere = []struct{ prefix, why string }{
 	{"kubectl apply -n argocd ", "needs Argo CD; tests/e2e TestArgoCDStory applies the file to the real Argo CD"},
 	{"kubectl -n argocd ", "needs Argo CD (make cluster CLUSTER_ARGS=--argocd); TestArgoCDStory drives the real one"},
 	{"kubectl -n flux-system ", "needs Flux (make cluster CLUSTER_ARGS=--flux); TestFluxStory drives the real helm-controller"},
-	{"kubectl apply -k ", "needs Flux: tests/e2e TestFluxStory applies the documented kustomization to the real source-controller and helm-controller"},
+	{"kubectl apply -k ", "needs Flux or Argo CD: tests/e2e TestFluxStory and TestArgoCDStory apply the documented kustomizations to the real source-controller and helm-controller, and the real Argo CD"},
 	{"sha256sum ", "checks a release's files, which this test has not downloaded; tests/release runs sha256sum -c on the SHA256SUMS make release writes"},
 	{"tar -xzf npu-hooks_", "unpacks a release tarball; tests/release unpacks the one make release writes and runs its npu-hooks --version"},
 	{"./npu-hooks ", "the binary out of a release tarball (tests/release runs it); this test runs the same commands with the npu-hooks it built"},
