@@ -71,7 +71,7 @@ func (k Keys) UpgradeTarget() string { return k.key("driver-upgrade.target-versi
 // install of a new version, done on the drained node in reboot-required,
 // and the reboot that loads it; the rebooter does not reboot a node in
 // reboot-required before it names the upgrade's target.
-func (k Keys) InstalledDriver() string { return k.key("driver-upgrade.installed-version") }
+func (k Keys) InstalledDriver() string { return k.key("installed-driver-version") }
 
 // UpgradeFailureReason and UpgradeFailureStep explain upgrade-failed.
 func (k Keys) UpgradeFailureReason() string { return k.key("driver-upgrade.failure-reason") }

@@ -9,8 +9,8 @@ package driverentry
 // the overwrite branch runs uninstallRun then installRun;
 // check_boot_status, setHotResetFlag, installationCompletionMessage). So
 // it runs only on a node the rollout has drained, once the rollout asks
-// for its reboot; the rebooter waits for it (driver-upgrade.installed-
-// version), and the reboot loads the modules it left.
+// for its reboot; the rebooter waits for it (installed-driver-version),
+// and the reboot loads the modules it left.
 
 import (
 	"context"

@@ -258,8 +258,8 @@ func Decide(f Facts, p Policy, now time.Time) Action {
 }
 
 // installPending says why a node in the rollout's reboot-required must
-// not reboot yet: its driver pod (which records driver-upgrade.installed-
-// version) has not installed the upgrade's target, so the boot would load
+// not reboot yet: its driver pod (which records installed-driver-version)
+// has not installed the upgrade's target, so the boot would load
 // the old driver again. "" when the reboot may go ahead: no upgrade in
 // reboot-required, no driver pod managing the driver (no installed-version
 // record), or the target installed. A target already loaded is no

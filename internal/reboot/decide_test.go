@@ -131,7 +131,7 @@ func TestDecide(t *testing.T) {
 			want: Action{Kind: Wait, Cause: CauseDriverInstall, Event: contract.EventRebootPending}, why: "would load 25.5.0 again"},
 		{name: "no driver pod record (driver managed elsewhere): no wait", facts: facts(inReboot("upgrade", "25.3.0", "", "25.5.0")), policy: func(p *Policy) { p.AutoUpgrade = true },
 			want: Action{Kind: AcquireSlot}},
-		{name: "recovery outside the rollout's reboot-required: no wait", facts: facts(pending("recovery", "driver-upgrade.installed-version", "25.3.0", "driver-upgrade.target-version", "25.5.0")), policy: func(p *Policy) { p.AutoRecover = true },
+		{name: "recovery outside the rollout's reboot-required: no wait", facts: facts(pending("recovery", "installed-driver-version", "25.3.0", "driver-upgrade.target-version", "25.5.0")), policy: func(p *Policy) { p.AutoRecover = true },
 			want: Action{Kind: AcquireSlot}},
 		{name: "approval is asked before the install is awaited", facts: facts(inReboot("upgrade", "25.3.0", "25.3.0", "25.5.0")),
 			want: Action{Kind: Wait, Cause: CauseApproval, Event: contract.EventRebootPending}},

@@ -43,7 +43,7 @@ type NodeView struct {
 	ProfileError string
 	Desired      string
 	Loaded       string
-	// Installed is the driver pod's driver-upgrade.installed-version: the
+	// Installed is the driver pod's installed-driver-version: the
 	// version on disk, which the next boot loads ("" when no driver pod
 	// records it).
 	Installed   string
