@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"reflect"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -196,6 +197,16 @@ func (d *argoDeployer) gitApplication(t *testing.T) *unstructured.Unstructured {
 	spec["destination"].(map[string]any)["namespace"] = d.s.ns
 	if err := unstructured.SetNestedField(app.Object, false, "spec", "syncPolicy", "automated", "selfHeal"); err != nil {
 		t.Fatal(err)
+	}
+	// Only what docs/deployers.md tells a user to set (the chart mirror's
+	// URL and version, the fleet repository's URL) and the test's naming
+	// and self-heal differ from the example.
+	allowed := regexp.MustCompile(`^\.spec\.sources\[0\]\.(repoURL|targetRevision)$|^\.spec\.sources\[1\]\.repoURL$` +
+		`|^\.metadata\.name$|^\.spec\.sources\[0\]\.helm\.releaseName$|^\.spec\.destination\.namespace$|^\.spec\.syncPolicy\.automated\.selfHeal$`)
+	for _, p := range diffPaths(exampleObject(t, "argocd-application-git-values.yaml", "Application").Object, app.Object, "") {
+		if !allowed.MatchString(p) {
+			t.Errorf("the values-from-Git Application changes %s of the example, which a user keeps", p)
+		}
 	}
 	return app
 }

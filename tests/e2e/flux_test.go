@@ -224,8 +224,18 @@ func checkEdits(ctx context.Context, t *testing.T, dir, file string, allowed map
 	}
 }
 
-// diffPaths lists the leaf paths where a and b differ.
+// diffPaths lists the leaf paths where a and b differ (list items as
+// [i]; a list whose length changed is one path).
 func diffPaths(a, b any, path string) []string {
+	if al, ok := a.([]any); ok {
+		if bl, ok := b.([]any); ok && len(al) == len(bl) {
+			var out []string
+			for i := range al {
+				out = append(out, diffPaths(al[i], bl[i], fmt.Sprintf("%s[%d]", path, i))...)
+			}
+			return out
+		}
+	}
 	am, aok := a.(map[string]any)
 	bm, bok := b.(map[string]any)
 	if !aok || !bok {
