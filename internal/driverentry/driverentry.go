@@ -127,6 +127,7 @@ func Prepare(ctx context.Context, cfg Config, d Deps) (Plan, error) {
 		return plan, err
 	}
 	if plan.Install {
+		log.WithField("command", strings.Join(cfg.InstallCommand, " ")).Info("no driver loaded: installing")
 		if err := install(ctx, cfg, d, log); err != nil {
 			return plan, d.installFailed(ctx, cfg, node, err, notRequested)
 		}
@@ -244,17 +245,20 @@ func lastLine(outs ...[]byte) string {
 	return ""
 }
 
+// install runs the vendor installer and checks that the driver tree it
+// left is the desired version: version.info, which the host reports for a
+// loaded driver (the one just loaded on a fresh boot, or the old modules
+// still loaded after an install over them).
 func install(ctx context.Context, cfg Config, d Deps, log logrus.FieldLogger) error {
-	log.WithField("command", strings.Join(cfg.InstallCommand, " ")).Info("no driver loaded: installing")
 	if err := d.Host.InstallDriver(ctx, cfg.DriverVersion, cfg.InstallCommand); err != nil {
 		return fmt.Errorf("install with %q: %w", strings.Join(cfg.InstallCommand, " "), err)
 	}
 	now, err := d.Host.LoadedDriver(ctx)
 	if err != nil {
-		return fmt.Errorf("read the loaded driver version after the install: %w", err)
+		return fmt.Errorf("read the driver version after the install: %w", err)
 	}
 	if now != cfg.DriverVersion {
-		return fmt.Errorf("the installer succeeded but the loaded driver reports version %q (version.info); check that the driver image matches driver.version", now)
+		return fmt.Errorf("the installer succeeded but the driver tree reports version %q (version.info); check that the driver image matches driver.version", now)
 	}
 	if cfg.DriverRoot != "" {
 		if _, err := os.Stat(filepath.Join(cfg.DriverRoot, "lib64")); err != nil {
