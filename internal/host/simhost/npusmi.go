@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/openfuyao/npu-stack/internal/host"
 )
@@ -155,3 +156,54 @@ func missingLib(e host.Exec) string {
 // status is the code's low byte (hicann/driver main,
 // src/custom/dev_prod/user/npucli/src/npu_smi.c; -8005 & 0xff = 187).
 const dcmiInternalExit = 187
+
+// Wedge makes chips report Critical until the next reboot.
+func (h *Host) Wedge(chips ...int) error {
+	return h.Update(func(st *State) error {
+		for _, c := range chips {
+			if c < 0 || c >= st.ChipCount {
+				return fmt.Errorf("simulated host %s: no chip %d (has %d)", h.Dir, c, st.ChipCount)
+			}
+			if !contains(st.Wedged, c) {
+				st.Wedged = append(st.Wedged, c)
+			}
+		}
+		sort.Ints(st.Wedged)
+		return nil
+	})
+}
+
+// SetSMI changes how npu-smi behaves (raw output and exit code for SMIRaw).
+func (h *Host) SetSMI(mode SMIMode, output string, exitCode int) error {
+	return h.Update(func(st *State) error {
+		st.SMIMode, st.SMIOutput, st.SMIExitCode = mode, output, exitCode
+		return nil
+	})
+}
+
+func (h *Host) NPUSMI(ctx context.Context, args ...string) ([]byte, error) {
+	st, err := h.State()
+	if err != nil {
+		return nil, err
+	}
+	if st.SMIMode == SMIStuck {
+		return nil, h.stuck(args)
+	}
+	return h.linux.NPUSMI(ctx, args...)
+}
+
+// stuck blocks, deaf to any context, until the mode is no longer SMIStuck.
+func (h *Host) stuck(args []string) error {
+	tick := time.NewTicker(stuckPoll)
+	defer tick.Stop()
+	for range tick.C {
+		st, err := h.State()
+		if err != nil {
+			return err
+		}
+		if st.SMIMode != SMIStuck {
+			break
+		}
+	}
+	return fmt.Errorf("npu-smi %s: was stuck in uninterruptible sleep until the device came back", strings.Join(args, " "))
+}
