@@ -43,8 +43,11 @@ func resolveBinDir(dir string) (string, error) {
 
 // EnginesDir is where ci/build-engines.sh puts the deployment engines
 // (helm CLIs, helmfile, helm-controller, Argo CD): $NPU_STACK_ENGINES_DIR
-// or <repo>/.cache/engines.
+// or <repo>/.cache/engines, once `make test`'s background build is done.
 func EnginesDir() (string, error) {
+	if err := waitBuild(); err != nil {
+		return "", err
+	}
 	if env := os.Getenv("NPU_STACK_ENGINES_DIR"); env != "" {
 		return env, nil
 	}

@@ -28,8 +28,12 @@ import (
 const RealNodeLabel = "npu-stack.test/real-node"
 
 // NodesDir is where ci/build-nodes.sh puts the real nodes' binaries:
-// $NPU_STACK_NODES_DIR or <repo>/.cache/nodes.
+// $NPU_STACK_NODES_DIR or <repo>/.cache/nodes, once `make test`'s
+// background build is done.
 func NodesDir() (string, error) {
+	if err := waitBuild(); err != nil {
+		return "", err
+	}
 	dir := os.Getenv("NPU_STACK_NODES_DIR")
 	if dir == "" {
 		root, err := RepoRoot()
