@@ -22,7 +22,7 @@ func waitBuild() error {
 	if err != nil {
 		return fmt.Errorf("open the build lock %s (NPU_STACK_BUILD_LOCK): %w", lock, err)
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }() // read-only: nothing to flush
 	// Blocks until the build has ended; the lock goes with the file.
 	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_SH); err != nil {
 		return fmt.Errorf("wait for the build (flock %s): %w", lock, err)

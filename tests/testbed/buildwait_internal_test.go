@@ -61,7 +61,9 @@ func TestWaitBuild(t *testing.T) {
 		t.Fatal(err)
 	}
 	released.Store(true)
-	f.Close() // the build ends: its lock goes with the file
+	if err := f.Close(); err != nil { // the build ends: its lock goes with the file
+		t.Fatal(err)
+	}
 	if err := <-done; err != nil {
 		t.Fatalf("after a build that succeeded: %v", err)
 	}
