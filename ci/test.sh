@@ -8,10 +8,11 @@
 # ...: most of their time is waiting) run while the CPU builds.
 # Usage: ci/test.sh CACHE_DIR GO_TEST_ARGS...
 set -euo pipefail
-cache=$1
+mkdir -p "$1"
+# Absolute: each test binary runs in its own package's directory.
+cache=$(cd "$1" && pwd)
 shift
 lock=$cache/build.lock log=$cache/build.log rcfile=$cache/build.rc
-mkdir -p "$cache"
 rm -f "$rcfile"
 exec 9>"$lock"
 flock -x 9
