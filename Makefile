@@ -16,10 +16,10 @@ export NPU_STACK_NODES_DIR := $(NODES_DIR)
 # Integration packages start a control plane each and spend most of their
 # time waiting for simulated reboots and timeouts, not on the CPU: three at
 # a time fit 2 cores and 24 GiB. `go test` starts packages in the order
-# it is given them, so the longest go first, longest first (tests/e2e and
-# tests/rollout, about 23 and 19 minutes, then those of 2 to 8 minutes),
-# and the short ones fill in behind them; otherwise a package that starts
-# last sets the suite's time.
+# it is given them, so the packages of 2 minutes or more go first, longest
+# first (tests/e2e and tests/rollout, about 23 and 19 minutes), and the
+# short ones fill in behind them; otherwise a package that starts last
+# sets the suite's time.
 TEST_FLAGS ?= -count=1 -p 3 -timeout 90m
 TEST_FIRST := ./tests/e2e/ ./tests/rollout/ ./tests/reboot/ ./tests/docs/ ./tests/realnode/ ./tests/release/ ./tests/health/ ./tests/testbed/
 
