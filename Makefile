@@ -114,7 +114,7 @@ nodes: ## build what real test-bed nodes run (kubelet, containerd, runc, CNI plu
 # The deployers and the real nodes' binaries build while the tests run:
 # the tests that need them wait for that build (ci/test.sh).
 test: controlplane ## run every test (unit and integration on the local control plane)
-	GO=$(GO) MAKE=$(MAKE) bash ci/test.sh .cache $(TEST_FLAGS) $(TEST_FIRST) ./...
+	GO=$(GO) bash ci/test.sh .cache $(TEST_FLAGS) $(TEST_FIRST) ./...
 
 # The fast loop: what needs no control plane (lint, the unit tests and the
 # chart's render and schema tests; -short skips the chart tests that need
