@@ -7,6 +7,7 @@ import (
 	"os"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -15,9 +16,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/tools/cache"
-
-	"github.com/openfuyao/npu-stack/tests/testbed"
 )
 
 // chaosSeed is fixed so a failure replays; NPU_STACK_CHAOS_SEED picks
@@ -205,27 +203,26 @@ type chaosWatch struct {
 
 func watchChaos(t *testing.T, f *fleet) *chaosWatch {
 	w := &chaosWatch{f: f, nodes: map[string]*corev1.Node{}, excused: map[string]string{}, changed: make(chan struct{}, 1)}
-	lw := testbed.NodesLW(env.Client, f.selector())
-	_, ctrl := cache.NewInformerWithOptions(cache.InformerOptions{ListerWatcher: lw, ObjectType: &corev1.Node{}, Handler: cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(o any) { w.see(o.(*corev1.Node)) },
-		UpdateFunc: func(_, o any) { w.see(o.(*corev1.Node)) },
-	}})
 	stop := make(chan struct{})
-	go ctrl.Run(stop)
+	reflectNodes(t, f.selector(), stop, w.see)
 	t.Cleanup(func() { close(stop) })
 	return w
 }
 
-func (w *chaosWatch) see(n *corev1.Node) {
+// see judges one state of the fleet.
+func (w *chaosWatch) see(nodes []*corev1.Node) {
 	w.mu.Lock()
-	w.nodes[n.Name] = n
-	if until, ok := w.excused[n.Name]; ok && until != "" && rvAtLeast(n.ResourceVersion, until) {
-		delete(w.excused, n.Name)
+	w.nodes = make(map[string]*corev1.Node, len(nodes))
+	for _, n := range nodes {
+		w.nodes[n.Name] = n
+		if until, ok := w.excused[n.Name]; ok && until != "" && rvAtLeast(n.ResourceVersion, until) {
+			delete(w.excused, n.Name)
+		}
 	}
 	var down []string
 	for name, n := range w.nodes {
 		if _, excused := w.excused[name]; (n.Spec.Unschedulable || !nodeReady(n)) && !excused && name != w.wedged {
-			down = append(down, name)
+			down = append(down, downReason(n))
 		}
 	}
 	if len(down) > len(w.worst) {
@@ -237,6 +234,20 @@ func (w *chaosWatch) see(n *corev1.Node) {
 	case w.changed <- struct{}{}:
 	default:
 	}
+}
+
+// downReason names a node and why it counts as unavailable, so a
+// broken budget says which write or status made it so.
+func downReason(n *corev1.Node) string {
+	var why []string
+	if n.Spec.Unschedulable {
+		why = append(why, "cordoned")
+	}
+	if !nodeReady(n) {
+		why = append(why, "NotReady")
+	}
+	why = append(why, "state="+n.Labels[keys.UpgradeState()], "rv="+n.ResourceVersion)
+	return n.Name + "(" + strings.Join(why, " ") + ")"
 }
 
 func (w *chaosWatch) wedge(node string) {

@@ -241,36 +241,41 @@ func (f *fleet) watchCordons() *invariants { return f.watch(true) }
 
 func (f *fleet) watch(cordonsOnly bool) *invariants {
 	inv := &invariants{stop: make(chan struct{}), cordonsOnly: cordonsOnly}
-	lw := cache.NewFilteredListWatchFromClient(env.Client.CoreV1().RESTClient(), "nodes", "", func(o *metav1.ListOptions) {
-		o.LabelSelector = f.selector()
-	})
-	// A reflector into the invariants themselves, not an informer: after
-	// a watch is cut (an API server restart) the relist arrives as one
-	// Replace, judged once as the snapshot it is. An informer hands the
-	// relist over node by node, so a node cordoned just before the cut
-	// would be counted beside one uncordoned just before it, which no
-	// moment of the cluster ever held.
-	r := cache.NewReflectorWithOptions(lw, &corev1.Node{}, &invariantStore{Store: cache.NewStore(cache.MetaNamespaceKeyFunc), inv: inv}, cache.ReflectorOptions{})
-	go r.Run(inv.stop)
+	reflectNodes(f.t, f.selector(), inv.stop, inv.see)
 	f.t.Cleanup(func() { close(inv.stop) })
 	return inv
 }
 
-// invariantStore judges the invariants on every state the reflector
-// stores: after each watch event, and after a whole relist.
-type invariantStore struct {
-	cache.Store
-	inv *invariants
+// reflectNodes hands judge every state of the nodes matching selector
+// until stop closes: after each watch event, and after a whole relist.
+//
+// A reflector into the judge itself, not an informer: after a watch is
+// cut (an API server restart) the relist arrives as one Replace, judged
+// once as the snapshot it is. An informer hands the relist over node by
+// node, and client-go's watch-list hands it over in map order, so a node
+// written just before the cut would be judged beside another's state from
+// before its own earlier write: a fleet no moment of the cluster held.
+func reflectNodes(t *testing.T, selector string, stop <-chan struct{}, judge func([]*corev1.Node)) {
+	t.Helper()
+	store := &judgedStore{Store: cache.NewStore(cache.MetaNamespaceKeyFunc), judge: judge}
+	r := cache.NewReflectorWithOptions(testbed.NodesLW(env.Client, selector), &corev1.Node{}, store, cache.ReflectorOptions{})
+	go r.Run(stop)
 }
 
-func (s *invariantStore) Add(o any) error    { return s.see(s.Store.Add(o)) }
-func (s *invariantStore) Update(o any) error { return s.see(s.Store.Update(o)) }
-func (s *invariantStore) Delete(o any) error { return s.see(s.Store.Delete(o)) }
-func (s *invariantStore) Replace(list []any, rv string) error {
+// judgedStore judges every state the reflector stores.
+type judgedStore struct {
+	cache.Store
+	judge func([]*corev1.Node)
+}
+
+func (s *judgedStore) Add(o any) error    { return s.see(s.Store.Add(o)) }
+func (s *judgedStore) Update(o any) error { return s.see(s.Store.Update(o)) }
+func (s *judgedStore) Delete(o any) error { return s.see(s.Store.Delete(o)) }
+func (s *judgedStore) Replace(list []any, rv string) error {
 	return s.see(s.Store.Replace(list, rv))
 }
 
-func (s *invariantStore) see(err error) error {
+func (s *judgedStore) see(err error) error {
 	if err != nil {
 		return err
 	}
@@ -278,7 +283,7 @@ func (s *invariantStore) see(err error) error {
 	for _, o := range s.List() {
 		nodes = append(nodes, o.(*corev1.Node))
 	}
-	s.inv.see(nodes)
+	s.judge(nodes)
 	return nil
 }
 
