@@ -1,38 +1,47 @@
 #!/usr/bin/env bash
 # make test: `go test` starts at once while the deployers (.cache/engines)
-# and the real nodes' binaries (.cache/nodes) build in the background. A
-# test that needs them waits for that build at its first use: this script
-# holds an exclusive flock on $NPU_STACK_BUILD_LOCK until the build ends,
+# and then the real nodes' binaries (.cache/nodes) build in the
+# background. A test that needs one of them waits for that build at its
+# first use: this script holds an exclusive flock on
+# $NPU_STACK_BUILD_DIR/build-<engines|nodes>.lock until that build ends,
 # and testbed.EnginesDir/NodesDir take a shared one. So on a cold machine
 # the packages that only need the control plane (rollout, reboot, health,
-# ...: most of their time is waiting) run while the CPU builds.
+# ...: most of their time is waiting) run while the CPU builds, and
+# tests/e2e, the longest, starts on the deployers without waiting for the
+# nodes' binaries.
 # Usage: ci/test.sh CACHE_DIR GO_TEST_ARGS...
 set -euo pipefail
 mkdir -p "$1"
 # Absolute: each test binary runs in its own package's directory.
 cache=$(cd "$1" && pwd)
 shift
-lock=$cache/build.lock log=$cache/build.log rcfile=$cache/build.rc
-rm -f "$rcfile"
-exec 9>"$lock"
+rm -f "$cache"/build-engines.rc "$cache"/build-nodes.rc
+exec 8>"$cache/build-engines.lock" 9>"$cache/build-nodes.lock"
+flock -x 8
 flock -x 9
-# The subshell inherits fd 9, so the lock lives until it has written the
-# build's exit code; the shell below closes its own copy before `go test`.
+# The subshell inherits fds 8 and 9: each lock lives until its build has
+# written its exit code; the shell below closes its own copies before
+# `go test`.
 (
-	rc=0
-	"${MAKE:-make}" --no-print-directory engines nodes >"$log" 2>&1 || rc=$?
-	echo "$rc" >"$rcfile"
+	for what in engines nodes; do
+		rc=0
+		"${MAKE:-make}" --no-print-directory "$what" >"$cache/build-$what.log" 2>&1 || rc=$?
+		echo "$rc" >"$cache/build-$what.rc"
+		if [[ $what == engines ]]; then exec 8>&-; else exec 9>&-; fi
+	done
 ) &
 builder=$!
-exec 9>&-
-echo "building the deployers and the real nodes' binaries in the background (log: $log); the tests that need them wait for it"
-export NPU_STACK_BUILD_LOCK=$lock
+exec 8>&- 9>&-
+echo "building the deployers, then the real nodes' binaries, in the background (logs: $cache/build-engines.log, $cache/build-nodes.log); the tests that need them wait for them"
+export NPU_STACK_BUILD_DIR=$cache
 rc=0
 "${GO:-go}" test "$@" || rc=$?
 wait "$builder"
-if [[ $(cat "$rcfile") != 0 ]]; then
-	echo "the background build (make engines nodes) failed; the end of $log:"
-	tail -n 40 "$log"
-	exit 1
-fi
+for what in engines nodes; do
+	if [[ $(cat "$cache/build-$what.rc") != 0 ]]; then
+		echo "the background build (make $what) failed; the end of $cache/build-$what.log:"
+		tail -n 40 "$cache/build-$what.log"
+		rc=1
+	fi
+done
 exit "$rc"

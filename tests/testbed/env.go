@@ -260,8 +260,16 @@ func NeedEnv(t testing.TB, env *Env) {
 	}
 }
 
+// mainSetupTimeout bounds a test binary's Env setup in Main.
+const mainSetupTimeout = 30 * time.Minute
+
 func Main(m *testing.M, env **Env) int {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	// The control plane bounds its own start (Options.StartTimeout); this
+	// bounds the build and the pushes after it. On a cold Go cache the
+	// first build of the product binaries compiles client-go and the rest
+	// while other test binaries, and the background build of the
+	// deployers, compete for the same cores: 5 minutes were not enough.
+	ctx, cancel := context.WithTimeout(context.Background(), mainSetupTimeout)
 	e, err := NewEnv(ctx, Options{})
 	cancel()
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/v1/remote"
@@ -141,6 +142,11 @@ func buildProductArch(ctx context.Context, dir, arch, version string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("product bin dir: %w", err)
 	}
+	unlock, err := lockProductBuild(root)
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	cmd := exec.CommandContext(ctx, "make", "--no-print-directory", "build", "BIN_DIR="+dir, "VERSION="+version, "GOTAGS=simhost")
 	cmd.Dir = root
 	cmd.Env = append(os.Environ(), "GOOS=linux", "GOARCH="+arch)
@@ -148,4 +154,27 @@ func buildProductArch(ctx context.Context, dir, arch, version string) error {
 		return fmt.Errorf("build npu-stack binaries for linux/%s: %w\n%s", arch, err, out)
 	}
 	return nil
+}
+
+// lockProductBuild takes the checkout's product-build lock: `make test`
+// starts several test binaries at once, and each builds the same binaries.
+// One at a time, the first compiles and the others find everything in the
+// Go build cache; at once, on a cold cache, each compiled all of client-go
+// on the same two cores. The lock goes with the process, also when it is
+// killed.
+func lockProductBuild(root string) (unlock func(), err error) {
+	dir := filepath.Join(root, ".cache")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("product build lock: %w", err)
+	}
+	path := filepath.Join(dir, "product-build.lock")
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("product build lock: %w", err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		_ = f.Close()
+		return nil, fmt.Errorf("product build lock (flock %s): %w", path, err)
+	}
+	return func() { _ = f.Close() }, nil // closing releases the lock
 }
