@@ -15,4 +15,4 @@ import (
 
 var env *testbed.Env
 
-func TestMain(m *testing.M) { os.Exit(testbed.Main(m, &env)) }
+func TestMain(m *testing.M) { os.Exit(testbed.Main(m, &env, testbed.BuildEngines)) }

@@ -47,7 +47,7 @@ const (
 // first: the ones using the fixed npu-operator namespace (the seed's
 // commands, Flux's and helmfile's examples) and the controller-manager
 // outage, which stops what every other test's DaemonSets and Jobs need.
-func TestMain(m *testing.M) { os.Exit(testbed.Main(m, &env)) }
+func TestMain(m *testing.M) { os.Exit(testbed.Main(m, &env, testbed.BuildEngines)) }
 
 func ctxTimeout(t *testing.T, d time.Duration) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), d)

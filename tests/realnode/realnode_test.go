@@ -27,7 +27,7 @@ import (
 
 var env *testbed.Env
 
-func TestMain(m *testing.M) { os.Exit(testbed.Main(m, &env)) }
+func TestMain(m *testing.M) { os.Exit(testbed.Main(m, &env, testbed.BuildNodes)) }
 
 // probeDir is a root-owned directory (0755) on the node, the hostPath the
 // probe's containers write into.

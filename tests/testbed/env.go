@@ -263,7 +263,24 @@ func NeedEnv(t testing.TB, env *Env) {
 // mainSetupTimeout bounds a test binary's Env setup in Main.
 const mainSetupTimeout = 30 * time.Minute
 
-func Main(m *testing.M, env **Env) int {
+// Builds that `make test` runs beside the tests, for Main to wait for.
+const (
+	// BuildEngines: the deployers (helm CLIs, helmfile, Flux, Argo CD).
+	BuildEngines = "engines"
+	// BuildNodes: the real nodes' kubelet, containerd, runc and CNI plugins.
+	BuildNodes = "nodes"
+)
+
+// Main waits for the background builds its package needs before any
+// test's clock starts: on a cold machine they take half an hour, which a
+// test's own timeout must not pay for.
+func Main(m *testing.M, env **Env, needs ...string) int {
+	for _, what := range needs {
+		if err := waitBuild(what); err != nil {
+			fmt.Fprintf(os.Stderr, "testbed: %v\n", err)
+			return 1
+		}
+	}
 	// The control plane bounds its own start (Options.StartTimeout); this
 	// bounds the build and the pushes after it. On a cold Go cache the
 	// first build of the product binaries compiles client-go and the rest

@@ -26,7 +26,7 @@ import (
 
 var env *testbed.Env
 
-func TestMain(m *testing.M) { os.Exit(testbed.Main(m, &env)) }
+func TestMain(m *testing.M) { os.Exit(testbed.Main(m, &env, testbed.BuildEngines)) }
 
 func namespace(t *testing.T) string {
 	t.Helper()
