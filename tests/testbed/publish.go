@@ -160,21 +160,26 @@ func buildProductArch(ctx context.Context, dir, arch, version string) error {
 // starts several test binaries at once, and each builds the same binaries.
 // One at a time, the first compiles and the others find everything in the
 // Go build cache; at once, on a cold cache, each compiled all of client-go
-// on the same two cores. The lock goes with the process, also when it is
-// killed.
+// on the same two cores.
 func lockProductBuild(root string) (unlock func(), err error) {
 	dir := filepath.Join(root, ".cache")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("product build lock: %w", err)
 	}
-	path := filepath.Join(dir, "product-build.lock")
+	return LockExclusive(filepath.Join(dir, "product-build.lock"))
+}
+
+// LockExclusive takes an exclusive flock on path (created if missing),
+// blocking until it is free. The lock goes with the process, also when it
+// is killed, so a crashed build never leaves it held.
+func LockExclusive(path string) (unlock func(), err error) {
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o644)
 	if err != nil {
-		return nil, fmt.Errorf("product build lock: %w", err)
+		return nil, fmt.Errorf("build lock: %w", err)
 	}
 	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
 		_ = f.Close()
-		return nil, fmt.Errorf("product build lock (flock %s): %w", path, err)
+		return nil, fmt.Errorf("build lock (flock %s): %w", path, err)
 	}
 	return func() { _ = f.Close() }, nil // closing releases the lock
 }

@@ -18,7 +18,6 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
-	"syscall"
 
 	"github.com/openfuyao/npu-stack/tests/testbed"
 )
@@ -44,7 +43,7 @@ func Binary(ctx context.Context) (string, error) {
 	if err := os.MkdirAll(filepath.Dir(bin), 0o755); err != nil {
 		return "", fmt.Errorf("peer build dir: %w", err)
 	}
-	unlock, err := lock(filepath.Join(dir, "lock"))
+	unlock, err := testbed.LockExclusive(filepath.Join(dir, "lock"))
 	if err != nil {
 		return "", err
 	}
@@ -127,20 +126,4 @@ func stamp(ctx context.Context, src string) (string, error) {
 		return "", fmt.Errorf("hash the peer module %s: %w", src, err)
 	}
 	return hex.EncodeToString(h.Sum(nil)) + "\n", nil
-}
-
-// lock takes an exclusive lock on path, blocking until it is free.
-func lock(path string) (func(), error) {
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o644)
-	if err != nil {
-		return nil, fmt.Errorf("peer build lock: %w", err)
-	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
-		_ = f.Close()
-		return nil, fmt.Errorf("peer build lock %s: %w", path, err)
-	}
-	return func() {
-		_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
-		_ = f.Close()
-	}, nil
 }
