@@ -129,9 +129,10 @@ FUZZTIME ?= 20s
 fuzz: ## short fuzz run of the npu-smi parser (FUZZTIME, default 20s)
 	$(GO) test -run=NONE -fuzz=FuzzParse -fuzztime=$(FUZZTIME) ./internal/npusmi/
 
-# The scale benchmark (issue 7): full = N 100, 1,000, 5,000 (long: run it
-# for the README figures); quick = N 100 in under 3 minutes, for CI. It
-# fails only on broken function, never on a slow figure.
+# The scale benchmark: full = N 100 and 1,000 with the peer, 5,000 and
+# 10,000 alone (hours; `npu-bench -nodes 100` runs one fleet of it);
+# realistic = N 10 in real time (40 minutes); quick = N 100 in about 5
+# minutes, for CI. It fails only on broken function, never on a slow figure.
 BENCH ?= full
 bench: controlplane ## rollouts of KWOK fleets measured against NVIDIA's upgrade library; results in .cache/bench/results.{md,json} (BENCH=quick|realistic|full)
 	$(GO) run ./tests/cmd/npu-bench --mode $(BENCH) --out .cache/bench
