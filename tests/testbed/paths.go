@@ -45,7 +45,7 @@ func resolveBinDir(dir string) (string, error) {
 // (helm CLIs, helmfile, helm-controller, Argo CD): $NPU_STACK_ENGINES_DIR
 // or <repo>/.cache/engines, once `make test`'s background build is done.
 func EnginesDir() (string, error) {
-	if err := waitBuild("engines"); err != nil {
+	if err := waitBuild(BuildEngines); err != nil {
 		return "", err
 	}
 	if env := os.Getenv("NPU_STACK_ENGINES_DIR"); env != "" {

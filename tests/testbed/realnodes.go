@@ -31,7 +31,7 @@ const RealNodeLabel = "npu-stack.test/real-node"
 // $NPU_STACK_NODES_DIR or <repo>/.cache/nodes, once `make test`'s
 // background build is done.
 func NodesDir() (string, error) {
-	if err := waitBuild("nodes"); err != nil {
+	if err := waitBuild(BuildNodes); err != nil {
 		return "", err
 	}
 	dir := os.Getenv("NPU_STACK_NODES_DIR")
