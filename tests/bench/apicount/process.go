@@ -50,13 +50,15 @@ type Remote struct {
 }
 
 // StartProcess runs the proxy binary bin in front of the API server of
-// kubeconfig; its log goes to logPath.
-func StartProcess(ctx context.Context, bin, kubeconfig, logPath string) (*Remote, error) {
+// kubeconfig, forwarding every request as user (impersonated with the
+// kubeconfig's credentials; "" forwards as those credentials); its log
+// goes to logPath.
+func StartProcess(ctx context.Context, bin, kubeconfig, user, logPath string) (*Remote, error) {
 	logf, err := os.Create(logPath)
 	if err != nil {
 		return nil, fmt.Errorf("counting proxy log: %w", err)
 	}
-	cmd := exec.Command(bin, "--kubeconfig="+kubeconfig)
+	cmd := exec.Command(bin, "--kubeconfig="+kubeconfig, "--as="+user)
 	cmd.Stderr = logf
 	out, err := cmd.StdoutPipe()
 	if err != nil {

@@ -13,9 +13,15 @@ import (
 )
 
 // The proxy runs as a process of its own, forwards to the API server of
-// its kubeconfig and hands out its counts once, then from zero again.
+// its kubeconfig as the user it was given and hands out its counts once,
+// then from zero again.
 func TestRemoteCountsInItsOwnProcess(t *testing.T) {
+	const user = "npu-bench:side"
 	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if got := r.Header.Get("Impersonate-User"); got != user {
+			http.Error(w, "forwarded as "+got, http.StatusForbidden)
+			return
+		}
 		if r.Method == http.MethodPut {
 			w.WriteHeader(http.StatusConflict)
 			return
@@ -38,7 +44,7 @@ func TestRemoteCountsInItsOwnProcess(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := StartProcess(ctx, bin, admin, filepath.Join(dir, "proxy.log"))
+	r, err := StartProcess(ctx, bin, admin, user, filepath.Join(dir, "proxy.log"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,6 +63,9 @@ func TestRemoteCountsInItsOwnProcess(t *testing.T) {
 			t.Fatal(err)
 		}
 		_ = resp.Body.Close()
+		if resp.StatusCode == http.StatusForbidden {
+			t.Fatalf("%s %s: the proxy did not forward as %s", req.method, req.path, user)
+		}
 	}
 	got, err := r.Snapshot(ctx)
 	if err != nil {

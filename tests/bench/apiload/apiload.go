@@ -58,9 +58,19 @@ type Bucket struct{ UpperBound, Count float64 }
 type Snapshot struct {
 	At  time.Time
 	Ops map[Op]Histogram
+	// Exec is the time the API server spent executing requests so far,
+	// by the FlowSchema that classified them (absent: the server runs
+	// without API Priority and Fairness).
+	Exec map[string]float64
 }
 
-const durationFamily = "apiserver_request_duration_seconds"
+const (
+	durationFamily = "apiserver_request_duration_seconds"
+	// execFamily is API Priority and Fairness's execution time, labelled
+	// with the FlowSchema of each request (for a WATCH its initial stage
+	// only): k8s.io/apiserver pkg/util/flowcontrol/metrics.
+	execFamily = "apiserver_flowcontrol_request_execution_seconds"
+)
 
 // Take reads the API server's /metrics.
 func Take(ctx context.Context, c rest.Interface, now func() time.Time) (Snapshot, error) {
@@ -85,7 +95,7 @@ func Parse(r io.Reader, at time.Time) (Snapshot, error) {
 	if !ok || fam.GetType() != dto.MetricType_HISTOGRAM {
 		return Snapshot{}, fmt.Errorf("API server metrics have no %s histogram", durationFamily)
 	}
-	s := Snapshot{At: at, Ops: map[Op]Histogram{}}
+	s := Snapshot{At: at, Ops: map[Op]Histogram{}, Exec: execByFlow(fams[execFamily])}
 	for _, m := range fam.GetMetric() {
 		var op Op
 		for _, l := range m.GetLabel() {
@@ -106,6 +116,37 @@ func Parse(r io.Reader, at time.Time) (Snapshot, error) {
 		s.Ops[op] = h
 	}
 	return s, nil
+}
+
+// execByFlow sums the execution time histogram's series by FlowSchema
+// (over priority levels and request types).
+func execByFlow(fam *dto.MetricFamily) map[string]float64 {
+	out := map[string]float64{}
+	if fam == nil || fam.GetType() != dto.MetricType_HISTOGRAM {
+		return out
+	}
+	for _, m := range fam.GetMetric() {
+		for _, l := range m.GetLabel() {
+			if l.GetName() == "flow_schema" {
+				out[l.GetValue()] += m.GetHistogram().GetSampleSum()
+			}
+		}
+	}
+	return out
+}
+
+// ExecShare is the share of the API server's request execution time
+// from a to b that went to requests FlowSchema schema classified; false
+// when the server executed nothing measured in between.
+func ExecShare(a, b Snapshot, schema string) (float64, bool) {
+	var all float64
+	for fs, t := range b.Exec {
+		all += t - a.Exec[fs]
+	}
+	if all <= 0 {
+		return 0, false
+	}
+	return max(b.Exec[schema]-a.Exec[schema], 0) / all, true
 }
 
 func addBuckets(acc []Bucket, bs []*dto.Bucket) []Bucket {

@@ -83,3 +83,54 @@ func TestParseNeedsTheDurationHistogram(t *testing.T) {
 		}
 	}
 }
+
+// The execution time of API Priority and Fairness is summed by
+// FlowSchema over priority levels and request types; a schema's share is
+// of the time every schema took between two snapshots.
+func TestExecShareIsOfEverySchemasExecutionTime(t *testing.T) {
+	writes := exposition(map[[5]string][]int{{"PATCH", "nodes", "", "apiserver", "cluster"}: {1, 1, 1, 1, 1, 1}}, nil)
+	exec := func(side, admin, adminWatch float64) string {
+		var b strings.Builder
+		b.WriteString("# TYPE apiserver_flowcontrol_request_execution_seconds histogram\n")
+		for _, s := range []struct {
+			pl, fs, typ string
+			sum         float64
+		}{{"exempt", "npu-bench-side", "regular", side}, {"exempt", "exempt", "regular", admin}, {"exempt", "exempt", "watch", adminWatch}} {
+			l := fmt.Sprintf(`flow_schema=%q,priority_level=%q,type=%q`, s.fs, s.pl, s.typ)
+			fmt.Fprintf(&b, "apiserver_flowcontrol_request_execution_seconds_bucket{%s,le=\"+Inf\"} 1\n", l)
+			fmt.Fprintf(&b, "apiserver_flowcontrol_request_execution_seconds_sum{%s} %g\n", l, s.sum)
+			fmt.Fprintf(&b, "apiserver_flowcontrol_request_execution_seconds_count{%s} 1\n", l)
+		}
+		return writes + b.String()
+	}
+	t0 := time.Now()
+	a, err := Parse(strings.NewReader(exec(1, 10, 2)), t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.Exec["exempt"] != 12 || a.Exec["npu-bench-side"] != 1 {
+		t.Fatalf("execution time by schema %v: want exempt 12 (two types), npu-bench-side 1", a.Exec)
+	}
+	// Since a: the side 3 s, the admin 4 + 1 s: the side's share 3/8.
+	b, err := Parse(strings.NewReader(exec(4, 14, 3)), t0.Add(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, ok := ExecShare(a, b, "npu-bench-side"); !ok || got != 3.0/8 {
+		t.Fatalf("share %v, %t; want 0.375", got, ok)
+	}
+	if got, ok := ExecShare(a, b, "absent"); !ok || got != 0 {
+		t.Fatalf("share of a schema that executed nothing %v, %t; want 0", got, ok)
+	}
+	if _, ok := ExecShare(b, b, "npu-bench-side"); ok {
+		t.Fatal("a share of no execution at all")
+	}
+	// A server without API Priority and Fairness: no execution time, no share.
+	none, err := Parse(strings.NewReader(writes), t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := ExecShare(none, none, "npu-bench-side"); ok {
+		t.Fatal("a share without the execution time histogram")
+	}
+}

@@ -38,6 +38,12 @@ type Peer struct {
 	// (nil: not separable, both sides ran at once).
 	APIServerCPU       *Seconds `json:"apiServerCPUSecondsAboveIdle,omitempty"`
 	APIServerIdleCores float64  `json:"apiServerIdleCores,omitempty"`
+	// APIServerOwnCPU is the API server's CPU from just before npu-peer
+	// started to its end, in the share APIServerOwnShare of the server's
+	// request execution time that went to the peer's requests (nil: not
+	// measured).
+	APIServerOwnCPU   *Seconds `json:"apiServerCPUSecondsOwnRequests,omitempty"`
+	APIServerOwnShare float64  `json:"apiServerExecutionShareOwnRequests,omitempty"`
 	// Reconciles ran during Wall, by what started them ("event",
 	// "requeue", "retry"); FailedReconciles returned an error.
 	Reconciles       int            `json:"reconciles"`
@@ -67,6 +73,10 @@ type Side struct {
 	// npu-stack's decisions (0: not known).
 	Reconciles   int
 	APIServerCPU *Seconds
+	// OwnCPU is the API server's CPU on the side's own requests, which
+	// had the share OwnShare of its request execution time.
+	OwnCPU   *Seconds
+	OwnShare float64
 }
 
 // perNode sums requests matching pred per upgraded node.
@@ -124,14 +134,23 @@ func (s Side) APIServerCPUPerNode() (float64, bool) {
 	return float64(*s.APIServerCPU) / float64(s.Upgraded), true
 }
 
+// OwnCPUPerNode is the API server's CPU on the side's own requests per
+// upgraded node; false when not measured.
+func (s Side) OwnCPUPerNode() (float64, bool) {
+	if s.OwnCPU == nil || s.Upgraded == 0 {
+		return 0, false
+	}
+	return float64(*s.OwnCPU) / float64(s.Upgraded), true
+}
+
 // Side is npu-stack's side of the scenario.
 func (s Scenario) Side() Side {
-	return Side{Requests: s.Requests, Upgraded: s.Upgraded, Reconciles: s.Passes, APIServerCPU: s.APIServerCPU}
+	return Side{Requests: s.Requests, Upgraded: s.Upgraded, Reconciles: s.Passes, APIServerCPU: s.APIServerCPU, OwnCPU: s.APIServerOwnCPU, OwnShare: s.APIServerOwnShare}
 }
 
 // Side is the peer's side.
 func (p Peer) Side() Side {
-	return Side{Requests: p.Requests, Upgraded: p.Upgraded, Reconciles: p.Reconciles, APIServerCPU: p.APIServerCPU}
+	return Side{Requests: p.Requests, Upgraded: p.Upgraded, Reconciles: p.Reconciles, APIServerCPU: p.APIServerCPU, OwnCPU: p.APIServerOwnCPU, OwnShare: p.APIServerOwnShare}
 }
 
 // WritesPerNode are the peer's writes per upgraded node.
@@ -221,9 +240,13 @@ func peerTables(b *strings.Builder, ss []Scenario, library string) {
 		"Lease writes are leader election's renewals (they come with time, not with nodes); requests per reconcile leave them out too. " +
 		"API-server CPU: what the API server spent during the side's wall above its idle rate with the fleet set up " +
 		"(the side's requests and what they set off: the simulated kubelets, the DaemonSet controller, KWOK); " +
-		"\"—\" where both sides ran at once on one API server:\n\n")
-	b.WriteString("| nodes | parallelism | per-node time | side | writes | writes without Lease | LISTs | requests without Lease | requests per reconcile | API-server CPU |\n")
-	b.WriteString("|---:|---|---:|---|---:|---:|---:|---:|---:|---:|\n")
+		"\"—\" where both sides ran at once on one API server. API-server CPU on its own requests: each side's proxy forwards as a user of its own, " +
+		"which a FlowSchema of its own classifies (at the exempt priority level, as the admin credentials were: never queued); the API server's CPU " +
+		"from just before the side's process started to its end, in the share of the server's request execution time " +
+		"(apiserver_flowcontrol_request_execution_seconds) that went to that FlowSchema, the share in brackets. Execution time is a proxy for CPU: " +
+		"it includes waits on etcd, and a WATCH counts only its start, so the fan-out of events to watchers is shared out in proportion:\n\n")
+	b.WriteString("| nodes | parallelism | per-node time | side | writes | writes without Lease | LISTs | requests without Lease | requests per reconcile | API-server CPU | API-server CPU on its own requests |\n")
+	b.WriteString("|---:|---|---:|---|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, s := range rows {
 		for _, side := range []struct {
 			name string
@@ -237,8 +260,12 @@ func peerTables(b *strings.Builder, ss []Scenario, library string) {
 			if v, ok := side.v.APIServerCPUPerNode(); ok {
 				cpu = fmtSec(Seconds(v))
 			}
-			fmt.Fprintf(b, "| %d | %s | %s | %s | %.1f | %.1f | %.2f | %.1f | %s | %s |\n", s.Nodes, s.Parallelism, fmtSec(s.PerNode), side.name,
-				side.v.WritesPerNode(), side.v.WritesNoLeasePerNode(), side.v.ListsPerNode(), side.v.RequestsNoLeasePerNode(), rpr, cpu)
+			own := "—"
+			if v, ok := side.v.OwnCPUPerNode(); ok {
+				own = fmt.Sprintf("%s (%.1f %%)", fmtSec(Seconds(v)), side.v.OwnShare*100)
+			}
+			fmt.Fprintf(b, "| %d | %s | %s | %s | %.1f | %.1f | %.2f | %.1f | %s | %s | %s |\n", s.Nodes, s.Parallelism, fmtSec(s.PerNode), side.name,
+				side.v.WritesPerNode(), side.v.WritesNoLeasePerNode(), side.v.ListsPerNode(), side.v.RequestsNoLeasePerNode(), rpr, cpu, own)
 		}
 	}
 	b.WriteString("\nThe peer's reconciles and where its time went: in reconciles / idle until its planned requeue / the rest " +

@@ -49,14 +49,15 @@ func TestSideCountsLeaseWritesApart(t *testing.T) {
 func TestMarkdownPeerTables(t *testing.T) {
 	s := peerScenario(100, "10%", 20, 202, 1275, 950, 2120)
 	s.APIServerCPU, s.Peer.APIServerCPU = secs(10), secs(40)
+	s.APIServerOwnCPU, s.APIServerOwnShare, s.Peer.APIServerOwnCPU, s.Peer.APIServerOwnShare = secs(1), 0.031, secs(20), 0.5
 	md := Markdown(Report{Scenarios: []Scenario{s}, PeerLibrary: "github.com/NVIDIA/k8s-operator-libs v0", Commit: "abc123"})
 	for _, want := range []string{
 		"at commit abc123",
 		"Limits: the control plane",
 		"NVIDIA's upgrade library (github.com/NVIDIA/k8s-operator-libs v0)",
 		"| 100 | 10% (10) | 20.0 s | 1:30 (4.0 s) | one after the other, same nodes | 202 s | 1275 s (1.5 s) | 0.158 | 1.010 | 6.375 |",
-		"| 100 | 10% | 20.0 s | npu-stack | 9.5 | 9.5 | 0.00 | 9.5 | — (not reported) | 100 ms |",
-		"| 100 | 10% | 20.0 s | peer | 21.2 | 21.1 | 3.00 | 24.1 | 200.8 | 400 ms |",
+		"| 100 | 10% | 20.0 s | npu-stack | 9.5 | 9.5 | 0.00 | 9.5 | — (not reported) | 100 ms | 10 ms (3.1 %) |",
+		"| 100 | 10% | 20.0 s | peer | 21.2 | 21.1 | 3.00 | 24.1 | 200.8 | 400 ms | 200 ms (50.0 %) |",
 		"| 100 | 10% | 20.0 s | 12 (10 / 2 / 0) | 30.0 s / 240 s / 5.0 s | 4.0 s | 55 MiB |",
 		"| 100 | 10% | 20.0 s | patch nodes 20.10, create events 1.00, update leases 0.10, list pods 3.00 |",
 	} {
@@ -94,13 +95,14 @@ func TestPeerTargets(t *testing.T) {
 		}
 		return m
 	}
-	const wallT, reqT, cpuT = "npu-stack's wall, unscaled, at once with the peer", "npu-stack's API requests per node upgraded (Lease writes aside)",
-		"npu-stack's API-server CPU per node upgraded"
+	const wallT, reqT, ownT, cpuT = "npu-stack's wall, unscaled, at once with the peer", "npu-stack's API requests per node upgraded (Lease writes aside)",
+		"npu-stack's API-server CPU per node upgraded, on its own requests",
+		"npu-stack's API-server CPU per node upgraded, all above idle during its wall (what its requests set off included)"
 
 	// No peer: every target stated, none judged.
 	ts := peerTargets([]Scenario{{Nodes: 100, Parallelism: "10%", PerNode: 20}})
-	if len(ts) != 3 {
-		t.Fatalf("targets %+v: want all three stated", ts)
+	if len(ts) != 4 {
+		t.Fatalf("targets %+v: want all four stated", ts)
 	}
 	for _, tg := range ts {
 		if !tg.NotMeasured || tg.Met {
@@ -110,9 +112,11 @@ func TestPeerTargets(t *testing.T) {
 
 	// Realistic, together: 1,520 s against a 1,500 s limit (1.013) is met;
 	// the peer's multiple is shown. Requests 9.5 against 24.1 (0.39): not
-	// met. CPU not separable: not measured.
+	// met. CPU above idle not separable: not measured; CPU on each side's
+	// own requests is, 0.2 s against 1 s per node (0.20): met.
 	real := peerScenario(10, "2", 300, 1520, 1900, 95, 212)
 	real.Together, real.Limit, real.Upgraded, real.Peer.Upgraded, real.TimeScale = true, 1500, 10, 10, 1
+	real.APIServerOwnCPU, real.Peer.APIServerOwnCPU = secs(2), secs(10)
 	// The same scenario scaled (quick mode's) is not what the wall target
 	// is judged on.
 	scaledTogether := real
@@ -130,6 +134,14 @@ func TestPeerTargets(t *testing.T) {
 	if c := m[cpuT]; !c.NotMeasured {
 		t.Errorf("CPU target %+v: want not measured (both sides at once)", c)
 	}
+	if o := m[ownT]; o.NotMeasured || !o.Met || !strings.Contains(o.Got, "0.20 (200 ms against 1.0 s per node)") {
+		t.Errorf("own-request CPU target %+v: want met at 0.20", o)
+	}
+	real.APIServerOwnCPU = secs(4)
+	if o := byName(peerTargets([]Scenario{real}))[ownT]; o.Met || !strings.Contains(o.Got, "missed in 1 of 1") {
+		t.Errorf("own-request CPU target %+v at 0.40: want missed", o)
+	}
+	real.APIServerOwnCPU = secs(2)
 
 	// A slow realistic wall is not met.
 	real.FromBumpWall = 1600

@@ -98,6 +98,13 @@ type Scenario struct {
 	// the same time).
 	APIServerCPU       *Seconds `json:"apiServerCPUSecondsAboveIdle,omitempty"`
 	APIServerIdleCores float64  `json:"apiServerIdleCores,omitempty"`
+	// APIServerOwnCPU is the API server's CPU from just before the
+	// rollout process started to its end, in the share APIServerOwnShare
+	// of the server's request execution time that went to the rollout's
+	// own requests (its FlowSchema's): separable also where the peer ran
+	// at the same time (nil: not measured).
+	APIServerOwnCPU   *Seconds `json:"apiServerCPUSecondsOwnRequests,omitempty"`
+	APIServerOwnShare float64  `json:"apiServerExecutionShareOwnRequests,omitempty"`
 	// Together: the peer ran at the same time, on a fleet of its own in
 	// the same control plane.
 	Together bool `json:"together,omitempty"`

@@ -85,9 +85,13 @@ type Bed struct {
 	sim     *fleet.Sim
 	proxy   *apicount.Remote
 	kubecfg string
-	// peerProxy counts the peer's requests, peerKubecfg points at it.
+	// flow is the FlowSchema of the rollout's requests (startProxy).
+	flow string
+	// peerProxy counts the peer's requests, peerKubecfg points at it,
+	// peerFlow classifies them.
 	peerProxy   *apicount.Remote
 	peerKubecfg string
+	peerFlow    string
 	// idleAPIServer is the API server's CPU rate (cores) with the fleet
 	// set up and nothing upgrading.
 	idleAPIServer float64
@@ -146,7 +150,7 @@ func Setup(ctx context.Context, cfg Config) (*Bed, error) {
 		return nil, fmt.Errorf("add the wedged node: %w", err)
 	}
 	b.wedged = wedged[0]
-	if b.proxy, b.kubecfg, err = startProxy(ctx, cfg, "npu-stack"); err != nil {
+	if b.proxy, b.kubecfg, b.flow, err = startProxy(ctx, cfg, "npu-stack"); err != nil {
 		b.Close()
 		return nil, err
 	}

@@ -38,35 +38,54 @@ func (b *Bed) markLoad(ctx context.Context) (loadMark, error) {
 	return loadMark{api: api, cpu: cpu}, err
 }
 
+// sideLoad is the cluster's load over a side's window.
+type sideLoad struct {
+	api *report.APILoad
+	cpu []report.ProcessCPU
+	// ownAPIServerCPU is the API server's CPU over the window in the
+	// share of its request execution time that went to the side's own
+	// requests (ownShare): the part of its CPU the side's requests
+	// themselves cost, apart from what they set off in other clients.
+	ownAPIServerCPU report.Seconds
+	ownShare        float64
+}
+
 // loadSince is the cluster's load from m until now: the API server's
-// writes, and the cores each process used, the measured process's
-// (name, its CPU time over the window) among them, busiest first.
-func (b *Bed) loadSince(ctx context.Context, m loadMark, name string, measuredCPU time.Duration) (*report.APILoad, []report.ProcessCPU, error) {
+// writes, the cores each process used, the measured process's (name, its
+// CPU time over the window) among them, busiest first, and the API
+// server's CPU spent on the requests the FlowSchema flow classified.
+func (b *Bed) loadSince(ctx context.Context, m loadMark, name string, measuredCPU time.Duration, flow string) (sideLoad, error) {
 	now, err := apiload.Take(ctx, b.cfg.Env.Client.CoreV1().RESTClient(), time.Now)
 	if err != nil {
-		return nil, nil, err
+		return sideLoad{}, err
 	}
 	cpuNow, err := b.cpuTimes()
 	if err != nil {
-		return nil, nil, err
+		return sideLoad{}, err
+	}
+	share, ok := apiload.ExecShare(m.api, now, flow)
+	if !ok {
+		return sideLoad{}, fmt.Errorf("the API server's metrics show no request execution time (API Priority and Fairness off?): "+
+			"the CPU of %s's requests cannot be told apart", name)
 	}
 	api := apiload.Between(m.api, now)
 	secs := now.At.Sub(m.api.At).Seconds()
-	cpu := []report.ProcessCPU{{Name: name, Cores: measuredCPU.Seconds() / secs}}
+	out := sideLoad{api: &api, cpu: []report.ProcessCPU{{Name: name, Cores: measuredCPU.Seconds() / secs}}, ownShare: share,
+		ownAPIServerCPU: report.S(time.Duration(share * float64(cpuNow[apiServerProcess]-m.cpu[apiServerProcess])))}
 	ours := measuredCPU
 	for name, t := range cpuNow {
 		if name == machineBusy {
 			continue
 		}
 		ours += t - m.cpu[name]
-		cpu = append(cpu, report.ProcessCPU{Name: name, Cores: (t - m.cpu[name]).Seconds() / secs})
+		out.cpu = append(out.cpu, report.ProcessCPU{Name: name, Cores: (t - m.cpu[name]).Seconds() / secs})
 	}
 	// What the machine's other processes took: a benchmark sharing its
 	// cores with other work runs slower than the cores it shows for itself.
 	others := max(cpuNow[machineBusy]-m.cpu[machineBusy]-ours, 0)
-	cpu = append(cpu, report.ProcessCPU{Name: otherProcesses, Cores: others.Seconds() / secs})
-	slices.SortFunc(cpu, func(x, y report.ProcessCPU) int { return cmp.Compare(y.Cores, x.Cores) })
-	return &api, cpu, nil
+	out.cpu = append(out.cpu, report.ProcessCPU{Name: otherProcesses, Cores: others.Seconds() / secs})
+	slices.SortFunc(out.cpu, func(x, y report.ProcessCPU) int { return cmp.Compare(y.Cores, x.Cores) })
+	return out, nil
 }
 
 // Names in the CPU table: the whole machine's busy time (read, not

@@ -94,9 +94,11 @@ func (b *Bed) runPeer(ctx context.Context, spec Spec, gate peerrun.Gate) (*repor
 		out.Sampled, out.SampleWall = want, report.S(wall)
 		out.Wall = report.S(wall * time.Duration(n) / time.Duration(want))
 	}
-	if out.API, out.CPUByProc, err = b.loadSince(ctx, mark, peerProcess, u1.CPU); err != nil {
+	load, err := b.loadSince(ctx, mark, peerProcess, u1.CPU, b.peerFlow)
+	if err != nil {
 		return nil, err
 	}
+	out.API, out.CPUByProc, out.APIServerOwnCPU, out.APIServerOwnShare = load.api, load.cpu, &load.ownAPIServerCPU, load.ownShare
 	recs, err := p.Stop()
 	if err != nil {
 		return nil, err

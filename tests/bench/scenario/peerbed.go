@@ -10,6 +10,7 @@ import (
 
 	"github.com/openfuyao/npu-stack/internal/contract"
 	"github.com/openfuyao/npu-stack/tests/bench/apicount"
+	"github.com/openfuyao/npu-stack/tests/bench/apiload"
 	"github.com/openfuyao/npu-stack/tests/bench/fleet"
 	"github.com/openfuyao/npu-stack/tests/bench/peerrun"
 )
@@ -52,7 +53,7 @@ func (b *Bed) setupPeer(ctx context.Context, client kubernetes.Interface) error 
 			return err
 		}
 	}
-	if b.peerProxy, b.peerKubecfg, err = startProxy(ctx, cfg, "peer"); err != nil {
+	if b.peerProxy, b.peerKubecfg, b.peerFlow, err = startProxy(ctx, cfg, "peer"); err != nil {
 		return err
 	}
 	p, err := b.peer.Start(ctx, peerrun.ProcessConfig{Binary: cfg.PeerBinary, Kubeconfig: b.peerKubecfg, MaxParallelUpgrades: 1,
@@ -65,16 +66,21 @@ func (b *Bed) setupPeer(ctx context.Context, client kubernetes.Interface) error 
 }
 
 // startProxy runs a counting proxy for one side and writes the kubeconfig
-// that side uses.
-func startProxy(ctx context.Context, cfg Config, side string) (*apicount.Remote, string, error) {
-	p, err := apicount.StartProcess(ctx, cfg.ProxyBinary, cfg.Env.Kubeconfig, filepath.Join(cfg.Dir, "proxy-"+side+".log"))
-	if err != nil {
-		return nil, "", err
+// that side uses. The proxy forwards as a user of the side's own, whose
+// requests the API server classifies with the FlowSchema flow: its
+// execution time of them is told apart from every other client's.
+func startProxy(ctx context.Context, cfg Config, side string) (p *apicount.Remote, kubeconfig, flow string, err error) {
+	user := "npu-bench:" + side
+	if flow, err = apiload.Attribute(ctx, cfg.Env.Client, user); err != nil {
+		return nil, "", "", err
+	}
+	if p, err = apicount.StartProcess(ctx, cfg.ProxyBinary, cfg.Env.Kubeconfig, user, filepath.Join(cfg.Dir, "proxy-"+side+".log")); err != nil {
+		return nil, "", "", err
 	}
 	kc := filepath.Join(cfg.Dir, "proxy-"+side+".kubeconfig")
 	if err := p.WriteKubeconfig(kc); err != nil {
 		_ = p.Close()
-		return nil, "", err
+		return nil, "", "", err
 	}
-	return p, kc, nil
+	return p, kc, flow, nil
 }

@@ -138,9 +138,11 @@ func (b *Bed) runNPUStack(ctx context.Context, spec Spec, gate peerrun.Gate) (re
 	out.LeftBehind = left
 	out.Passes = decisionPasses(logPath)
 	out.Wall, out.RolloutCPU, out.RolloutPeakMB = report.S(wall), report.S(usage.CPU), procstat.MiB(usage.PeakRSS)
-	if out.API, out.CPU, err = b.loadSince(ctx, mark, "npu-hooks rollout", usage.CPU); err != nil {
+	load, err := b.loadSince(ctx, mark, "npu-hooks rollout", usage.CPU, b.flow)
+	if err != nil {
 		return out, err
 	}
+	out.API, out.CPU, out.APIServerOwnCPU, out.APIServerOwnShare = load.api, load.cpu, &load.ownAPIServerCPU, load.ownShare
 	simAfter := b.sim.Stats()
 	out.SimWrites = simAfter.Writes - simBefore.Writes
 	out.SimPodRestarts = simAfter.PodRestarts - simBefore.PodRestarts

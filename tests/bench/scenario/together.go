@@ -13,7 +13,8 @@ import (
 // runTogether runs npu-stack's upgrade and the peer's at the same time,
 // each on its own fleet in the same control plane, with one clock start
 // for both: the instant the later of the two is ready to start. The API
-// server serves both at once, so its CPU is not split between them.
+// server serves both at once, so its CPU above idle is not split between
+// them; only its CPU on each side's own requests is.
 func (b *Bed) runTogether(ctx context.Context, spec Spec) (report.Scenario, error) {
 	if b.peer == nil || !b.cfg.PeerApart {
 		return report.Scenario{}, fmt.Errorf("a scenario run together with the peer needs a bed set up with PeerApart and a PeerBinary")
@@ -51,7 +52,8 @@ func (b *Bed) runTogether(ctx context.Context, spec Spec) (report.Scenario, erro
 		return out, fmt.Errorf("%s, both at once: %w", out.Name(), err)
 	}
 	// One API server served both: what it spent above idle is theirs
-	// together, not either's.
+	// together, not either's. The CPU on each side's own requests stays:
+	// their FlowSchemas tell those apart.
 	out.APIServerCPU, peer.APIServerCPU = nil, nil
 	out.Together, out.Peer = true, peer
 	return out, nil

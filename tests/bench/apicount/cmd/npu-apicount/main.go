@@ -26,14 +26,15 @@ import (
 
 func main() {
 	kubeconfig := flag.String("kubeconfig", "", "the API server and credentials to forward to")
+	as := flag.String("as", "", "forward every request as this user, impersonated with the kubeconfig's credentials, so that the API server's metrics tell the measured process apart (empty: as the credentials)")
 	flag.Parse()
-	if err := run(*kubeconfig); err != nil {
+	if err := run(*kubeconfig, *as); err != nil {
 		fmt.Fprintln(os.Stderr, "npu-apicount:", err)
 		os.Exit(1)
 	}
 }
 
-func run(kubeconfig string) error {
+func run(kubeconfig, as string) error {
 	if kubeconfig == "" {
 		return fmt.Errorf("--kubeconfig is required (the admin kubeconfig of the control plane)")
 	}
@@ -41,6 +42,7 @@ func run(kubeconfig string) error {
 	if err != nil {
 		return fmt.Errorf("read %s: %w", kubeconfig, err)
 	}
+	rc.Impersonate.UserName = as
 	p, err := apicount.Start(rc)
 	if err != nil {
 		return err
