@@ -3,9 +3,11 @@ package docs_test
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -153,7 +155,8 @@ func runReadmeTour(ctx context.Context, t *testing.T) []string {
 	cmd.Env = append(os.Environ(), "KUBECONFIG=", "HELM_CACHE_HOME="+filepath.Join(dir, ".helm-cache"), "HELM_CONFIG_HOME="+filepath.Join(dir, ".helm-config"))
 	out, err := cmd.CombinedOutput()
 	if err != nil {
-		t.Fatalf("README tour (%d lines left out: %v): %v\n--- script\n%s--- output\n%s", skipped, tourNotRun, err, script, out)
+		t.Fatalf("README tour (%d lines left out: %v): %v\n--- script\n%s--- output\n%s--- the cluster at the failure\n%s",
+			skipped, tourNotRun, err, script, out, tourState(t, nodes))
 	}
 	t.Logf("README tour ran in %s (%d lines left out):\n%s", time.Since(start).Round(time.Second), skipped, out)
 	// A background helm that fails does not fail the shell: its error
@@ -203,4 +206,47 @@ func nodeReady(n *corev1.Node) bool {
 		}
 	}
 	return false
+}
+
+// tourState is what a failed tour leaves to find its cause with: each
+// node's npu-stack labels and annotations, the Events of the nodes, and
+// the last lines of the chart's container logs on the process nodes.
+func tourState(t *testing.T, nodes []string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var b strings.Builder
+	for _, name := range nodes {
+		n, err := env.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			fmt.Fprintf(&b, "node %s: %v\n", name, err)
+			continue
+		}
+		fmt.Fprintf(&b, "node %s: unschedulable=%t\n", name, n.Spec.Unschedulable)
+		for _, kv := range []map[string]string{n.Labels, n.Annotations} {
+			for k, v := range kv {
+				if strings.Contains(k, "npu.openfuyao.com/") {
+					fmt.Fprintf(&b, "  %s=%s\n", k, v)
+				}
+			}
+		}
+	}
+	evs, err := env.Client.CoreV1().Events(metav1.NamespaceAll).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.kind=Node"})
+	if err != nil {
+		fmt.Fprintf(&b, "node events: %v\n", err)
+	} else {
+		// Events recorded through events.k8s.io carry only an event time.
+		at := func(e corev1.Event) time.Time {
+			if e.LastTimestamp.IsZero() {
+				return e.EventTime.Time
+			}
+			return e.LastTimestamp.Time
+		}
+		sort.Slice(evs.Items, func(i, j int) bool { return at(evs.Items[i]).Before(at(evs.Items[j])) })
+		for _, e := range evs.Items {
+			fmt.Fprintf(&b, "event %s %s %s x%d: %s\n", at(e).UTC().Format(time.TimeOnly), e.InvolvedObject.Name, e.Reason, e.Count, e.Message)
+		}
+	}
+	b.WriteString(env.PodLogs(ctx, "npu-operator", 40))
+	return b.String()
 }
