@@ -28,7 +28,18 @@ import (
 // fluxNS is where Flux and the example's objects live.
 const fluxNS = "flux-system"
 
-// TestFluxStory: Flux v2.8's source-controller v1.9 and helm-controller
+// TestDefaultNamespaceStories runs the two examples that install release
+// npu-stack in the fixed namespace npu-operator, one after the other, in
+// parallel with the stories that have a namespace of their own: Flux's
+// first, which must find npu-operator absent (install.createNamespace
+// creates it), then helmfile's.
+func TestDefaultNamespaceStories(t *testing.T) {
+	t.Parallel() // npu-operator is this test's alone while it runs: see main_test.go
+	t.Run("Flux", fluxStory)
+	t.Run("Helmfile", helmfileStory)
+}
+
+// fluxStory: Flux v2.8's source-controller v1.9 and helm-controller
 // v1.6 run docs/examples/flux-helmrelease.yaml as a user runs it: `kubectl
 // apply -k` of the kustomization docs/deployers.md documents, which changes
 // only the chart's location (the test bed's registry, the version
@@ -38,10 +49,10 @@ const fluxNS = "flux-system"
 // values file, applied again: each is a Helm upgrade run by
 // helm-controller, hooks and kstatus wait included; its drift detection
 // must find nothing after each.
-func TestFluxStory(t *testing.T) {
+func fluxStory(t *testing.T) {
 	ctx := ctxTimeout(t, 2*time.Minute)
 	if _, err := env.Client.CoreV1().Namespaces().Get(ctx, "npu-operator", metav1.GetOptions{}); err == nil {
-		t.Fatal("namespace npu-operator exists before the Flux story: install.createNamespace would go untested (run the Flux story first)")
+		t.Fatal("namespace npu-operator exists before the Flux story: install.createNamespace would go untested (TestInstallUpgradeRollbackWithTheSeedCommands deletes it when it ends; the Flux story must run before anything else creates it)")
 	}
 	if _, err := env.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: fluxNS}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)

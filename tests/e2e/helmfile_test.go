@@ -13,13 +13,13 @@ import (
 	"github.com/openfuyao/npu-stack/tests/testbed"
 )
 
-// TestHelmfileStory: helmfile v1.8 over the helm v4 CLI applies
+// helmfileStory: helmfile v1.8 over the helm v4 CLI applies
 // docs/examples/helmfile.yaml.gotmpl as it is (release npu-stack in
 // npu-operator, values-manual.yaml), the chart from the test bed's
 // registry as from a mirror (its NPU_STACK_CHART* variables), this
 // fleet's values on the command line; helmfile has no rollback, so
 // `helm rollback` as docs/deployers.md says.
-func TestHelmfileStory(t *testing.T) {
+func helmfileStory(t *testing.T) {
 	ctx := ctxTimeout(t, time.Minute)
 	if _, err := env.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "npu-operator"}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)

@@ -26,6 +26,16 @@ func TestInstallUpgradeRollbackWithTheSeedCommands(t *testing.T) {
 	if _, err := env.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
+	// Run after the uninstall below (cleanups run last first): the Flux
+	// story, which runs after this one, must find no npu-operator, since
+	// it tests install.createNamespace.
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		if err := env.DeleteNamespace(ctx, ns); err != nil {
+			t.Errorf("%v: TestDefaultNamespaceStories/Flux will fail on it", err)
+		}
+	})
 	s := newStack(t, ns, rel, 2, 2)
 	s.policy()["autoUpgrade"] = false // the chart's default: manual
 	t.Cleanup(func() { _ = s.helm.Uninstall(rel) })

@@ -9,10 +9,12 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"math/rand/v2"
 	"os"
 	"os/exec"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -41,13 +43,32 @@ const (
 	osRelease  = "ubuntu22.04"
 )
 
-// Tests with a namespace, release and nodes of their own run in parallel
-// (t.Parallel, at most -parallel, GOMAXPROCS by default, at once): they
-// mostly wait for reboots and engines. Those that stay sequential run
-// first: the ones using the fixed npu-operator namespace (the seed's
-// commands, Flux's and helmfile's examples) and the controller-manager
-// outage, which stops what every other test's DaemonSets and Jobs need.
-func TestMain(m *testing.M) { os.Exit(testbed.Main(m, &env, testbed.BuildEngines)) }
+// Tests with a namespace, release and nodes of their own run in parallel,
+// storiesAtOnce at a time unless -parallel says otherwise: they mostly
+// wait for reboots and the engines' intervals, not for the CPU. The ones
+// that stay sequential run first: the seed's commands, whose approve-all
+// command annotates every NPU node (so every other story's too), and the
+// controller-manager outage, which stops what every other test's
+// DaemonSets and Jobs need. Flux's and helmfile's examples share the
+// fixed npu-operator namespace and release npu-stack: they run one after
+// the other inside one parallel test (TestDefaultNamespaceStories).
+func TestMain(m *testing.M) {
+	flag.Parse()
+	parallelSet := false
+	flag.Visit(func(f *flag.Flag) { parallelSet = parallelSet || f.Name == "test.parallel" })
+	if !parallelSet {
+		if err := flag.Set("test.parallel", strconv.Itoa(storiesAtOnce)); err != nil {
+			fmt.Fprintf(os.Stderr, "e2e: set -parallel: %v\n", err)
+			os.Exit(1)
+		}
+	}
+	os.Exit(testbed.Main(m, &env, testbed.BuildEngines))
+}
+
+// storiesAtOnce is the default -parallel: on the 2-core machine `make
+// test` is measured on, three stories at once keep tests/e2e (the longest
+// package) within the other packages' time, beside them.
+const storiesAtOnce = 3
 
 func ctxTimeout(t *testing.T, d time.Duration) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
