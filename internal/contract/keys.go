@@ -73,6 +73,19 @@ func (k Keys) UpgradeTarget() string { return k.key("driver-upgrade.target-versi
 // reboot-required before it names the upgrade's target.
 func (k Keys) InstalledDriver() string { return k.key("installed-driver-version") }
 
+// InstallStatus is the driver pod's one-line account of an install
+// over the loaded driver or a repair: installing, blocked (by whom),
+// failed (why, and the next try), installed (waiting for the reboot).
+// Removed once the driver is ready after the boot. npu-hooks status
+// shows it.
+func (k Keys) InstallStatus() string { return k.key("driver-upgrade.install-status") }
+
+// InstalledIncomplete is the installed-driver-version while an install
+// runs or after one that did not finish: no version is on the disk whole,
+// so neither the rebooter (waiting for the target) nor the rollout
+// (counting nodes done) takes the node for installed.
+const InstalledIncomplete = "incomplete"
+
 // UpgradeFailureReason and UpgradeFailureStep explain upgrade-failed.
 func (k Keys) UpgradeFailureReason() string { return k.key("driver-upgrade.failure-reason") }
 func (k Keys) UpgradeFailureStep() string   { return k.key("driver-upgrade.failure-step") }

@@ -81,6 +81,19 @@ const (
 	EventDriverLoaded            EventReason = "DriverLoaded"
 	EventDriverActivationPending EventReason = "DriverActivationPending"
 	EventDriverInstallFailed     EventReason = "DriverInstallFailed"
+	// EventDriverInstallBlocked: a process still holds a davinci device
+	// node after the driver pod stopped ours; the install waits for it.
+	EventDriverInstallBlocked EventReason = "DriverInstallBlocked"
+	// EventDriverInstallRepair: the driver pod found a half-installed
+	// driver and installs it again before anything else.
+	EventDriverInstallRepair EventReason = "DriverInstallRepair"
+	// EventNPUPodsStopped: the driver pod deleted the pods of ours that
+	// hold the chips (device plugin, exporter, re-roll targets) before an
+	// install over the loaded driver.
+	EventNPUPodsStopped EventReason = "NPUPodsStopped"
+	// EventHealthProbesPaused: the health-watch stopped probing while the
+	// chips are held for an install; they resume after the reboot.
+	EventHealthProbesPaused EventReason = "HealthProbesPaused"
 )
 
 // Values of boolean labels and annotations.

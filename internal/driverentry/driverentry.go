@@ -14,12 +14,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/sirupsen/logrus"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/utils/clock"
 
 	"github.com/openfuyao/npu-stack/internal/contract"
 	"github.com/openfuyao/npu-stack/internal/host"
@@ -65,14 +65,28 @@ func Decide(loaded, desired string) Plan {
 
 // Config is what the gate is told.
 type Config struct {
-	NodeName      string
+	NodeName string
+	// Namespace is the driver pod's, named in the retry command.
+	Namespace     string
 	Keys          contract.Keys
 	DriverVersion string
 	// DriverRoot is the host driver tree (as this process reaches it),
 	// checked after an install.
-	DriverRoot     string
+	DriverRoot string
+	// HostDriverRoot is the same tree as a host path, judged for a
+	// half-finished install; empty means host.DefaultDriverRoot.
+	HostDriverRoot string
 	Markers        marker.Dir
 	InstallCommand []string
+	// InstallTimeout bounds one run of the installer; a hung one is
+	// stopped and reported. Zero means DefaultInstallTimeout.
+	InstallTimeout time.Duration
+	// Retry spaces the retries of a blocked or failed install.
+	Retry Backoff
+	// HolderWait is how long the pods stopped before an install get to
+	// let go of the chips before the install counts as blocked. Zero
+	// means DefaultHolderWait.
+	HolderWait time.Duration
 }
 
 // Validate rejects a configuration the gate cannot act on.
@@ -84,8 +98,33 @@ func (c Config) Validate() error {
 		return errors.New("--driver-version is empty: set driver.version in the chart values")
 	case len(c.InstallCommand) == 0:
 		return errors.New("no vendor install command after --: set driver.installCommand in the chart values")
+	case c.InstallTimeout < 0:
+		return fmt.Errorf("--install-timeout %s must not be negative", c.InstallTimeout)
+	case c.HolderWait < 0:
+		return fmt.Errorf("--holder-wait %s must not be negative", c.HolderWait)
 	}
-	return nil
+	return c.Retry.Validate()
+}
+
+func (c Config) installTimeout() time.Duration {
+	if c.InstallTimeout == 0 {
+		return DefaultInstallTimeout
+	}
+	return c.InstallTimeout
+}
+
+func (c Config) holderWait() time.Duration {
+	if c.HolderWait == 0 {
+		return DefaultHolderWait
+	}
+	return c.HolderWait
+}
+
+func (c Config) hostDriverRoot() string {
+	if c.HostDriverRoot == "" {
+		return host.DefaultDriverRoot
+	}
+	return c.HostDriverRoot
 }
 
 // EventRecorder emits Events on Nodes (kube.Recorder in the binary).
@@ -100,18 +139,42 @@ type Deps struct {
 	Watch  kube.NodeWaiter
 	Host   host.Host
 	Events EventRecorder
-	Log    logrus.FieldLogger
+	// Pods stops the pods of ours that hold the chips before an install
+	// over a loaded driver; nil stops none.
+	Pods PodStopper
+	// Clock paces retries and the wait for holders; nil is the real one.
+	Clock clock.WithTicker
+	Log   logrus.FieldLogger
+}
+
+func (d Deps) clock() clock.WithTicker {
+	if d.Clock == nil {
+		return clock.RealClock{}
+	}
+	return d.Clock
 }
 
 // Prepare brings the node to a usable driver and records it: install on a
-// fresh boot, marker and node label in every case. It returns the plan it
-// carried out.
+// fresh boot, repair a half-finished install, marker and node label in
+// every case. It holds the host's install lock, so it judges the tree only
+// once another driver pod's install (a replaced pod in its grace period)
+// has finished. It returns the plan it carried out; a failed or blocked
+// install is a *RetryError, which Run retries.
 func Prepare(ctx context.Context, cfg Config, d Deps) (Plan, error) {
 	if err := cfg.Validate(); err != nil {
 		return Plan{}, err
 	}
 	log := d.Log.WithFields(logrus.Fields{"node": cfg.NodeName, "desired": cfg.DriverVersion})
-	loaded, err := loadedThisBoot(ctx, cfg, d)
+	unlock, err := host.LockInstall(ctx, d.Host.Path, d.clock(), func(why error) { log.WithError(why).Info("waiting for the install lock") })
+	if err != nil {
+		return Plan{}, fmt.Errorf("node %s: %w", cfg.NodeName, err)
+	}
+	defer unlock()
+	state, err := host.ReadInstallState(d.Host.Path, cfg.hostDriverRoot())
+	if err != nil {
+		return Plan{}, fmt.Errorf("node %s: %w", cfg.NodeName, err)
+	}
+	loaded, err := loadedThisBoot(ctx, cfg, d, state)
 	if err != nil {
 		return Plan{}, fmt.Errorf("node %s: read the loaded driver version: %w", cfg.NodeName, err)
 	}
@@ -126,10 +189,22 @@ func Prepare(ctx context.Context, cfg Config, d Deps) (Plan, error) {
 	if err != nil {
 		return plan, err
 	}
+	if state.Half {
+		// Before anything else: npu-smi, the device plugin and the next
+		// boot would meet a partial package.
+		log.WithField("why", state.Why).Warn("half-installed driver found: installing the desired version again")
+		d.Events.Node(node, true, contract.EventDriverInstallRepair, "node %s: the driver is half-installed (%s): installing driver %s again before anything else; the node is not counted as upgraded until it is loaded", cfg.NodeName, state.Why, cfg.DriverVersion)
+		if !plan.Install {
+			if err := installOver(ctx, cfg, d, node, "repair"); err != nil {
+				return plan, err
+			}
+			plan.Installed = cfg.DriverVersion
+		}
+	}
 	if plan.Install {
 		log.WithField("command", strings.Join(cfg.InstallCommand, " ")).Info("no driver loaded: installing")
-		if err := install(ctx, cfg, d, log); err != nil {
-			return plan, d.installFailed(ctx, cfg, node, err, notRequested)
+		if err := installFresh(ctx, cfg, d, node); err != nil {
+			return plan, err
 		}
 		if err := cfg.Markers.SetLoaded(plan.Loaded); err != nil {
 			return plan, fmt.Errorf("node %s: %w", cfg.NodeName, err)
@@ -138,25 +213,67 @@ func Prepare(ctx context.Context, cfg Config, d Deps) (Plan, error) {
 	if err := recordChips(ctx, cfg, d, plan.Install, log); err != nil {
 		log.WithError(err).Warn("chip count at driver load not recorded; the health-watch checks chip health only")
 	}
-	wedged, err := cfg.Markers.Wedged()
+	held, err := markReady(cfg, plan, log)
 	if err != nil {
 		return plan, err
+	}
+	change := kube.NodeChange{
+		Labels:      map[string]*string{cfg.Keys.DriverVersion(): kube.Set(plan.Loaded)},
+		Annotations: map[string]*string{cfg.Keys.InstalledDriver(): kube.Set(plan.Installed)},
+	}
+	if !held {
+		change.Annotations[cfg.Keys.InstallStatus()] = nil
+	}
+	node, err = d.Nodes.Patch(ctx, cfg.NodeName, change)
+	if err != nil {
+		return plan, err
+	}
+	announce(d, node, plan, log)
+	return plan, nil
+}
+
+// markReady writes the driver-ready marker unless something keeps it
+// away, and reports whether the chips stay held for an install. A wedge of
+// this boot belongs to the health-watch. An install hold of this boot
+// stays until the reboot once anything was (or is still to be) installed
+// over the loaded driver: nothing of ours may open the chips again before
+// it. A hold with nothing left to install (a rollback before the install)
+// is released.
+func markReady(cfg Config, plan Plan, log logrus.FieldLogger) (bool, error) {
+	m := cfg.Markers
+	wedged, err := m.Wedged()
+	if err != nil {
+		return false, err
+	}
+	version, held, err := m.Hold()
+	if err != nil {
+		return false, err
+	}
+	if held && (plan.NeedsInstall() || plan.Installed != plan.Loaded) {
+		log.WithField("hold", version).Info("the chips stay held for the driver install until the reboot; driver-ready marker not written")
+		return true, nil
+	}
+	if held {
+		log.WithField("hold", version).Info("nothing left to install over the loaded driver: releasing the chips, health probes resume")
+		if err := m.ClearHold(); err != nil {
+			return false, fmt.Errorf("node %s: %w", cfg.NodeName, err)
+		}
 	}
 	if wedged {
 		// The health-watch took the marker away in this boot and restores
 		// it itself if the chips recover; writing it here would advertise
 		// wedged chips as ready.
 		log.Warn("chips are marked wedged in this boot; leaving the driver-ready marker to the health-watch")
-	} else if err := cfg.Markers.SetReady(plan.Loaded); err != nil {
-		return plan, fmt.Errorf("node %s: %w", cfg.NodeName, err)
+		return false, nil
 	}
-	node, err = d.Nodes.Patch(ctx, cfg.NodeName, kube.NodeChange{
-		Labels:      map[string]*string{cfg.Keys.DriverVersion(): kube.Set(plan.Loaded)},
-		Annotations: map[string]*string{cfg.Keys.InstalledDriver(): kube.Set(plan.Installed)},
-	})
-	if err != nil {
-		return plan, err
+	if err := m.SetReady(plan.Loaded); err != nil {
+		return false, fmt.Errorf("node %s: %w", cfg.NodeName, err)
 	}
+	return false, nil
+}
+
+// announce logs the plan and emits its Event.
+func announce(d Deps, node *corev1.Node, plan Plan, log logrus.FieldLogger) {
 	switch {
 	case plan.Install:
 		log.Info("driver installed and loaded")
@@ -174,97 +291,29 @@ func Prepare(ctx context.Context, cfg Config, d Deps) (Plan, error) {
 	default:
 		log.Info("desired driver already loaded")
 	}
-	return plan, nil
 }
 
 // Run prepares the driver, installs a pending version when the node's
 // reboot comes, then idles until ctx ends: the driver container must keep
-// running for the pod to stay Ready. A failed install idles too:
-// restarting would run a failing installer again and again on the host;
-// the error is on the node and in the log, and nothing reboots for it.
+// running for the pod to stay Ready. A blocked or failed install is
+// retried with backoff (Config.Retry); nothing reboots for it. SIGTERM
+// (ctx ending) never cuts an installer short: the running install and its
+// bookkeeping finish first, within the installer's timeout, which the
+// chart keeps below the pod's grace period.
 func Run(ctx context.Context, cfg Config, d Deps) error {
-	plan, err := Prepare(ctx, cfg, d)
+	var plan Plan
+	err := retry(ctx, cfg, d, func() error {
+		var err error
+		plan, err = Prepare(ctx, cfg, d)
+		return err
+	})
 	if err == nil && plan.NeedsInstall() {
 		err = stage(ctx, cfg, d)
-	}
-	var failed *InstallError
-	if errors.As(err, &failed) {
-		d.Log.WithError(err).Error("driver install failed; this pod installs nothing more until it is replaced")
-		<-ctx.Done()
-		return nil
 	}
 	if err != nil && ctx.Err() == nil {
 		return err
 	}
 	<-ctx.Done()
-	return nil
-}
-
-// InstallError is a driver install that failed: reported on the node,
-// never retried by this pod, never answered with a reboot.
-type InstallError struct {
-	Msg string
-	Err error
-}
-
-func (e *InstallError) Error() string { return e.Msg }
-func (e *InstallError) Unwrap() error { return e.Err }
-
-// installFailed reports err on the node: a DriverInstallFailed warning
-// with the fix and driver-ready=false, which holds a rollout's validation
-// (the node stays cordoned with the error) and tells the scheduler-facing
-// parts the driver is not there. It does not touch reboot-required.
-func (d Deps) installFailed(ctx context.Context, cfg Config, node *corev1.Node, err error, then string) error {
-	fix := "; fix: see the installer output in this pod's log (container driver), fix the driver image or driver.installCommand"
-	if _, ok := host.IsProblem(err); ok {
-		fix = "" // its message carries its fix
-	}
-	last := ""
-	if ee, ok := host.IsExitError(err); ok {
-		if l := lastLine(ee.Stderr, ee.Output); l != "" {
-			last = fmt.Sprintf(" (installer's last words: %q)", l)
-		}
-	}
-	msg := fmt.Sprintf("node %s: driver %s was not installed: %v%s%s; then delete the driver pod on node %s to install again (%s)",
-		cfg.NodeName, cfg.DriverVersion, err, last, fix, cfg.NodeName, then)
-	d.Events.Node(node, true, contract.EventDriverInstallFailed, "%s", msg)
-	if _, perr := d.Nodes.Patch(ctx, cfg.NodeName, kube.NodeChange{Labels: map[string]*string{cfg.Keys.DriverReady(): kube.Set(contract.False)}}); perr != nil {
-		d.Log.WithError(perr).Warn("could not set driver-ready=false after the failed install")
-	}
-	return &InstallError{Msg: msg, Err: err}
-}
-
-// lastLine is the last non-empty line of the first output that has one.
-func lastLine(outs ...[]byte) string {
-	for _, o := range outs {
-		lines := strings.Split(strings.TrimSpace(string(o)), "\n")
-		if l := strings.TrimSpace(lines[len(lines)-1]); l != "" {
-			return l
-		}
-	}
-	return ""
-}
-
-// install runs the vendor installer and checks that the driver tree it
-// left is the desired version: version.info, which the host reports for a
-// loaded driver (the one just loaded on a fresh boot, or the old modules
-// still loaded after an install over them).
-func install(ctx context.Context, cfg Config, d Deps, log logrus.FieldLogger) error {
-	if err := d.Host.InstallDriver(ctx, cfg.DriverVersion, cfg.InstallCommand); err != nil {
-		return fmt.Errorf("install with %q: %w", strings.Join(cfg.InstallCommand, " "), err)
-	}
-	now, err := d.Host.LoadedDriver(ctx)
-	if err != nil {
-		return fmt.Errorf("read the driver version after the install: %w", err)
-	}
-	if now != cfg.DriverVersion {
-		return fmt.Errorf("the installer succeeded but the driver tree reports version %q (version.info); check that the driver image matches driver.version", now)
-	}
-	if cfg.DriverRoot != "" {
-		if _, err := os.Stat(filepath.Join(cfg.DriverRoot, "lib64")); err != nil {
-			log.WithError(err).Warn("driver root has no lib64 after the install; CDI generation and the device plugin will not find the driver libraries (check driver.hostDriverPath)")
-		}
-	}
 	return nil
 }
 

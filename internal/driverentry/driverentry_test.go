@@ -231,14 +231,21 @@ func TestPendingInstallFailureHoldsTheReboot(t *testing.T) {
 	stop := run(t, cfg, d)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if _, err := d.Watch.Until(ctx, "n1", func(n *corev1.Node) bool { return n.Labels[cfg.Keys.DriverReady()] == "false" }); err != nil {
+	if _, err := d.Watch.Until(ctx, "n1", func(n *corev1.Node) bool {
+		return n.Labels[cfg.Keys.DriverReady()] == "false" && strings.HasPrefix(n.Annotations[cfg.Keys.InstallStatus()], "failed: ")
+	}); err != nil {
 		t.Fatal(err)
 	}
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
-	if got := annotation(t, d, cfg.Keys.InstalledDriver()); got != "25.3.0" {
-		t.Fatalf("installed-version %q after a failed install; want the loaded 25.3.0 the rebooter must not reboot into 25.5.0 for", got)
+	// Neither the loaded 25.3.0 (the tree no longer holds it whole) nor the
+	// target: the rebooter waits, and the rollout does not count the node.
+	if got := annotation(t, d, cfg.Keys.InstalledDriver()); got != contract.InstalledIncomplete {
+		t.Fatalf("installed-version %q after a failed install; want %q, which the rebooter never reboots into 25.5.0 for", got, contract.InstalledIncomplete)
+	}
+	if got := annotation(t, d, cfg.Keys.InstallStatus()); !strings.HasPrefix(got, "failed: ") || !strings.Contains(got, "next try at") {
+		t.Errorf("install-status %q; want the failure and the next try", got)
 	}
 	last := ev.got[len(ev.got)-1]
 	for _, w := range []string{"DriverInstallFailed", "node n1", "driver 25.5.0", "davinci nodes are occupied", "the rebooter does not reboot the node"} {
@@ -258,8 +265,9 @@ func TestPrepareInstallFailureNamesNodeAndVersion(t *testing.T) {
 	if _, ok, _ := cfg.Markers.Ready(); ok {
 		t.Fatal("marker written after a failed install")
 	}
-	if len(ev.got) != 1 || !strings.HasPrefix(ev.got[0], "DriverInstallFailed") {
-		t.Fatalf("events %v", ev.got)
+	var re *RetryError
+	if !errors.As(err, &re) || re.Reason != contract.EventDriverInstallFailed || len(ev.got) != 0 {
+		t.Fatalf("error %#v, events %v; want a DriverInstallFailed to retry, announced by the retry", err, ev.got)
 	}
 }
 

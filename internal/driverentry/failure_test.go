@@ -2,17 +2,21 @@ package driverentry
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/openfuyao/npu-stack/internal/contract"
 	"github.com/openfuyao/npu-stack/internal/host"
 	"github.com/openfuyao/npu-stack/internal/host/simhost"
 )
 
-// An installer dying half-way: the error on the node (event naming node
-// and fix, driver-ready=false), no marker, no reboot asked, and Run idles
-// not Ready instead of exiting into a restart that would install again.
+// An installer dying half-way: the error on the node (event naming node,
+// fix and next try, driver-ready=false), no marker, no reboot asked, and
+// Run waits for its own retry, not Ready, instead of exiting.
 func TestInstallFailingHalfWay(t *testing.T) {
 	cfg, d, h, ev := setup(t, "")
 	if err := h.Update(func(st *simhost.State) error {
@@ -21,34 +25,23 @@ func TestInstallFailingHalfWay(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- Run(ctx, cfg, d) }()
-	// Run reports, then idles: the event is the sign it got there.
-	deadline := time.Now().Add(10 * time.Second)
-	for len(ev.got) == 0 {
-		select {
-		case err := <-done:
-			t.Fatalf("Run returned %v after a failed install; want it to idle, not Ready", err)
-		case <-time.After(10 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("no event after the failed install")
-		}
+	stop := run(t, cfg, d)
+	// Run reports on the node, then waits for its retry: the status is
+	// the sign it got there.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := d.Watch.Until(ctx, "n1", func(n *corev1.Node) bool {
+		return strings.HasPrefix(n.Annotations[cfg.Keys.InstallStatus()], "failed: ")
+	}); err != nil {
+		t.Fatalf("no failure recorded on the node: %v", err)
 	}
-	select {
-	case err := <-done:
-		t.Fatalf("Run returned %v after a failed install; want it to idle", err)
-	default:
-	}
-	cancel()
-	if err := <-done; err != nil {
+	if err := stop(); err != nil {
 		t.Fatalf("Run on shutdown: %v", err)
 	}
 	if len(ev.got) != 1 || !strings.HasPrefix(ev.got[0], "DriverInstallFailed") {
 		t.Fatalf("events %v", ev.got)
 	}
-	for _, w := range []string{"node n1", "driver 25.5.0", "HwHiAiUser not exists", "delete the driver pod on node n1", "no reboot is requested"} {
+	for _, w := range []string{"node n1", "driver 25.5.0", "HwHiAiUser not exists", "next try in 30s", "kubectl delete pod -n <namespace> -l app=npu-driver-daemonset --field-selector spec.nodeName=n1", "no reboot is requested"} {
 		if !strings.Contains(ev.got[0], w) {
 			t.Errorf("event %q lacks %q", ev.got[0], w)
 		}
@@ -86,7 +79,8 @@ func TestReadOnlyDriverPathRefusedBeforeInstalling(t *testing.T) {
 	if st, _ := kubeos.State(); st.Installs != 0 {
 		t.Errorf("the installer ran %d times on a read-only driver path", st.Installs)
 	}
-	if len(ev.got) != 1 || !strings.HasPrefix(ev.got[0], "DriverInstallFailed") {
-		t.Errorf("events %v", ev.got)
+	var re *RetryError
+	if !errors.As(err, &re) || re.Reason != contract.EventDriverInstallFailed || len(ev.got) != 0 {
+		t.Errorf("error %#v, events %v; want a DriverInstallFailed for the retry to announce", err, ev.got)
 	}
 }

@@ -9,8 +9,9 @@ package driverentry
 // the overwrite branch runs uninstallRun then installRun;
 // check_boot_status, setHotResetFlag, installationCompletionMessage). So
 // it runs only on a node the rollout has drained, once the rollout asks
-// for its reboot; the rebooter waits for it (installed-driver-version),
-// and the reboot loads the modules it left.
+// for its reboot, after the driver pod stopped what of ours holds the
+// chips (install.go); the rebooter waits for it
+// (installed-driver-version), and the reboot loads the modules it left.
 
 import (
 	"context"
@@ -20,8 +21,13 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/openfuyao/npu-stack/internal/contract"
-	"github.com/openfuyao/npu-stack/internal/kube"
+	"github.com/openfuyao/npu-stack/internal/host"
 )
+
+// UnknownVersion is the loaded version recorded when a driver is loaded
+// but its half-installed tree no longer says which: the node then counts
+// as out of date, and the rollout's reboot loads the repaired install.
+const UnknownVersion = "unknown"
 
 // What a failed install tells the user about reboots.
 const (
@@ -38,13 +44,17 @@ func StageNow(n *corev1.Node, k contract.Keys) bool {
 // loadedThisBoot is the driver version loaded in this boot. It is read
 // from the host once per boot and recorded in the marker directory (/run,
 // emptied by every reboot), because an install over the loaded driver
-// rewrites version.info while the old modules stay loaded.
-func loadedThisBoot(ctx context.Context, cfg Config, d Deps) (string, error) {
+// rewrites version.info while the old modules stay loaded. Modules loaded
+// under a half-installed tree are UnknownVersion.
+func loadedThisBoot(ctx context.Context, cfg Config, d Deps, state host.InstallState) (string, error) {
 	v, ok, err := cfg.Markers.Loaded()
 	if err != nil || ok {
 		return v, err
 	}
 	v, err = d.Host.LoadedDriver(ctx)
+	if _, problem := host.IsProblem(err); problem && state.Half {
+		v, err = UnknownVersion, nil
+	}
 	if err != nil || v == "" {
 		return v, err
 	}
@@ -52,7 +62,7 @@ func loadedThisBoot(ctx context.Context, cfg Config, d Deps) (string, error) {
 }
 
 // stage waits for the node's reboot request and installs the desired
-// version over the loaded one.
+// version over the loaded one, retrying a blocked or failed install.
 func stage(ctx context.Context, cfg Config, d Deps) error {
 	log := d.Log.WithField("node", cfg.NodeName).WithField("desired", cfg.DriverVersion)
 	if d.Watch == nil {
@@ -63,17 +73,17 @@ func stage(ctx context.Context, cfg Config, d Deps) error {
 		return err
 	}
 	log.WithField("command", strings.Join(cfg.InstallCommand, " ")).Info("the rollout drained this node for its reboot: installing the desired driver over the loaded one; the reboot loads it")
-	if err := install(ctx, cfg, d, log); err != nil {
-		return d.installFailed(ctx, cfg, node, err, notRebooted)
-	}
-	if err := cfg.Markers.SetStaged(cfg.DriverVersion); err != nil {
-		return fmt.Errorf("node %s: %w", cfg.NodeName, err)
-	}
-	node, err = d.Nodes.Patch(ctx, cfg.NodeName, kube.NodeChange{Annotations: map[string]*string{cfg.Keys.InstalledDriver(): kube.Set(cfg.DriverVersion)}})
-	if err != nil {
-		return err
-	}
-	log.Info("desired driver installed; the reboot loads it")
-	d.Events.Node(node, false, contract.EventDriverActivationPending, "driver %s installed on the drained node; the reboot the rollout asked for loads it", cfg.DriverVersion)
-	return nil
+	return retry(ctx, cfg, d, func() error {
+		unlock, err := host.LockInstall(ctx, d.Host.Path, d.clock(), func(why error) { log.WithError(why).Info("waiting for the install lock") })
+		if err != nil {
+			return fmt.Errorf("node %s: %w", cfg.NodeName, err)
+		}
+		defer unlock()
+		// Another driver pod may have installed it while this one waited
+		// for the lock.
+		if staged, ok, err := cfg.Markers.Staged(); err != nil || ok && staged == cfg.DriverVersion {
+			return err
+		}
+		return installOver(ctx, cfg, d, node, "upgrade")
+	})
 }

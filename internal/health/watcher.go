@@ -79,6 +79,9 @@ type Watcher struct {
 	// markerSeen is whether the last step saw the marker, so that a marker
 	// written by the driver entry triggers a probe at once.
 	markerSeen bool
+	// pausedFor is the driver version whose install holds the chips
+	// while the probes are paused, "" while probing.
+	pausedFor string
 }
 
 // Deps are the watcher's collaborators; Metrics and Plugin may be nil.
@@ -160,6 +163,9 @@ func (w *Watcher) stepLogged(ctx context.Context) {
 // keeps offering wedged chips. The Node and the Events follow, decided on a
 // fresh read of the Node; a failed API call is retried at the next probe.
 func (w *Watcher) Step(ctx context.Context) error {
+	if paused, err := w.pause(ctx); paused || err != nil {
+		return err
+	}
 	_, markerPresent, err := w.cfg.Markers.Ready()
 	if err != nil {
 		return err
@@ -220,6 +226,40 @@ func (w *Watcher) Step(ctx context.Context) error {
 		}
 		return nil
 	}
+}
+
+// pause keeps npu-smi off the chips while the driver pod holds them for
+// an install (the marker directory's install-hold, until the reboot): the
+// vendor installer refuses while any process has a davinci node open, and
+// a probe against a half-replaced driver would count as a chip failure.
+// Paused, nothing is decided: the driver entry has already taken
+// driver-ready away. The pause is announced once per install, by an Event
+// on the Node; npu-hooks status shows it from the driver pod's
+// install-status annotation.
+func (w *Watcher) pause(ctx context.Context) (bool, error) {
+	version, held, err := w.cfg.Markers.Hold()
+	if err != nil {
+		return false, err
+	}
+	if !held {
+		if w.pausedFor != "" {
+			w.log.WithField("install", w.pausedFor).Info("the chips are no longer held for an install: probes resume")
+			w.pausedFor = ""
+		}
+		return false, nil
+	}
+	if w.pausedFor == version {
+		return true, nil
+	}
+	node, err := w.nodes.Get(ctx, w.cfg.NodeName)
+	if err != nil {
+		return true, fmt.Errorf("node %s: health probes paused for the install of driver %s, but the Event could not be emitted: %w", w.cfg.NodeName, version, err)
+	}
+	w.pausedFor = version
+	w.state = State{}
+	w.log.WithField("install", version).Info("the driver pod holds the chips for an install: health probes paused until the reboot")
+	w.events.Node(node, false, contract.EventHealthProbesPaused, "node %s: health probes paused: the driver pod stopped everything that opens the chips to install driver %s; probing resumes after the reboot that loads it", w.cfg.NodeName, version)
+	return true, nil
 }
 
 // localDecision is what one probe decides before the Node is read.

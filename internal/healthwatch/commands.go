@@ -26,6 +26,7 @@ import (
 	"github.com/openfuyao/npu-stack/internal/cli"
 	"github.com/openfuyao/npu-stack/internal/contract"
 	"github.com/openfuyao/npu-stack/internal/driverentry"
+	"github.com/openfuyao/npu-stack/internal/dstarget"
 	"github.com/openfuyao/npu-stack/internal/health"
 	"github.com/openfuyao/npu-stack/internal/host"
 	"github.com/openfuyao/npu-stack/internal/host/agenthost"
@@ -125,6 +126,8 @@ func (s *shared) driverEntry() *cobra.Command {
 	var (
 		kc                                   kube.ClientOptions
 		node, domain, version, root, markers string
+		stops                                []string
+		cfg                                  driverentry.Config
 	)
 	cmd := &cobra.Command{
 		Use:   "driver-entry [flags] -- INSTALL-COMMAND...",
@@ -157,11 +160,23 @@ func (s *shared) driverEntry() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			cfg := driverentry.Config{
-				NodeName: node, Keys: k, DriverVersion: version, DriverRoot: h.Path(root),
-				Markers: marker.Dir{Path: h.Path(markers)}, InstallCommand: args,
+			cfg.NodeName, cfg.Keys, cfg.DriverVersion, cfg.Namespace = node, k, version, os.Getenv("POD_NAMESPACE")
+			cfg.DriverRoot, cfg.HostDriverRoot = h.Path(root), root
+			cfg.Markers, cfg.InstallCommand = marker.Dir{Path: h.Path(markers)}, args
+			if err := cfg.Validate(); err != nil {
+				return err
 			}
-			return driverentry.Run(cmd.Context(), cfg, driverentry.Deps{Nodes: kube.Nodes{Client: client}, Watch: kube.NodeWatch{Client: client}, Host: h, Events: rec, Log: log})
+			pods := driverentry.DaemonSetPods{Client: client}
+			for _, v := range stops {
+				t, err := dstarget.Parse(v)
+				if err != nil {
+					return fmt.Errorf("--stop: %w", err)
+				}
+				pods.Targets = append(pods.Targets, t)
+			}
+			return driverentry.Run(cmd.Context(), cfg, driverentry.Deps{
+				Nodes: kube.Nodes{Client: client}, Watch: kube.NodeWatch{Client: client}, Host: h, Events: rec, Pods: pods, Clock: clock.RealClock{}, Log: log,
+			})
 		},
 	}
 	f := cmd.Flags()
@@ -171,6 +186,11 @@ func (s *shared) driverEntry() *cobra.Command {
 	f.StringVar(&version, "driver-version", "", "desired driver version")
 	f.StringVar(&root, "driver-root", host.DefaultDriverRoot, "host directory of the driver tree (driver.hostDriverPath or the profile's hostDriverPath)")
 	f.StringVar(&markers, "marker-dir", "/run/npu-stack", "host directory of the readiness markers")
+	f.DurationVar(&cfg.InstallTimeout, "install-timeout", driverentry.DefaultInstallTimeout, "stop an installer still running after this long and report it (driver.installTimeoutSeconds); SIGTERM never stops one sooner")
+	f.DurationVar(&cfg.Retry.Initial, "retry-backoff", driverentry.DefaultBackoff.Initial, "wait before the first retry of a blocked or failed install; doubles at each retry")
+	f.DurationVar(&cfg.Retry.Max, "retry-backoff-max", driverentry.DefaultBackoff.Max, "longest wait between two retries of a blocked or failed install")
+	f.DurationVar(&cfg.HolderWait, "holder-wait", driverentry.DefaultHolderWait, "how long the stopped pods get to let go of the davinci device nodes before an install counts as blocked")
+	f.StringArrayVar(&stops, "stop", nil, "DaemonSet whose pods on this node are deleted before an install over the loaded driver: namespace/name or namespace/selector:<label selector> (repeatable; the chart passes its device plugin, exporter and driver.upgradePolicy.rerollTargets)")
 	return cmd
 }
 

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+	"time"
 )
 
 // NPUSMIPaths are where the vendor installer puts npu-smi, in the order
@@ -64,18 +65,40 @@ type Exec struct {
 // ELF interpreter).
 type Runner func(ctx context.Context, e Exec) ([]byte, error)
 
+// StopGrace is how long a program stopped by its context has between
+// SIGTERM and SIGKILL.
+const StopGrace = 10 * time.Second
+
 // ExecRunner runs e as a child process, chrooted into e.Root so that the
 // host's glibc, loader and ld.so.cache serve a host binary such as
 // npu-smi, as upstream's containerised installer runs host tools
 // (`chroot /HOST_ROOT_TO_CONTAINER/ ...`, hicann/driver v8.5.0,
 // scripts/package/driver/common/scripts/install_npudrv.sh).
+//
+// The program runs in a process group of its own. When ctx ends, the whole
+// group gets SIGTERM and, StopGrace later, SIGKILL: an installer is a
+// shell script whose children (tar, cp, depmod) must stop with it, not
+// run on as orphans over the driver tree. Callers that must not cut a
+// program short (an install) pass a ctx that SIGTERM of this process does
+// not end.
 func ExecRunner(ctx context.Context, e Exec) ([]byte, error) {
 	cmd := exec.CommandContext(ctx, e.Path, e.Args...)
 	cmd.Env = e.Env
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if e.Root != "" && e.Root != "/" {
-		cmd.SysProcAttr = &syscall.SysProcAttr{Chroot: e.Root}
+		cmd.SysProcAttr.Chroot = e.Root
 		cmd.Dir = "/"
 	}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM) }
+	cmd.WaitDelay = StopGrace
+	defer func() {
+		// Stopped: whatever of the group outlived its leader, or ignored
+		// SIGTERM, goes too. A program that ended by itself keeps what it
+		// started.
+		if cmd.Process != nil && ctx.Err() != nil {
+			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		}
+	}()
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if e.Output != nil {

@@ -15,6 +15,11 @@
 //     modules stay loaded until the reboot.
 //   - staged-version: a version the driver pod installed over the loaded
 //     one in this boot, which the next boot loads.
+//   - install-hold: the driver pod stopped everything of ours that holds
+//     the chips for an install in this boot; it holds the version being
+//     installed. The health-watch pauses its probes while it exists, and
+//     driver-ready is not written again before the reboot, so the device
+//     plugin's and exporter's replacements wait in their gate.
 //
 // Files, not memory, because the containers that write and read them restart
 // independently, and /run being per boot gives the right lifetime for free.
@@ -40,6 +45,7 @@ const (
 	wedgedFile = "wedged"
 	loadedFile = "loaded-version"
 	stagedFile = "staged-version"
+	holdFile   = "install-hold"
 )
 
 // Dir is the marker directory as this process reaches it (already mapped
@@ -121,6 +127,16 @@ func (d Dir) Staged() (string, bool, error) { return d.read(stagedFile) }
 
 // SetStaged records a version installed over the loaded driver.
 func (d Dir) SetStaged(version string) error { return d.write(stagedFile, version) }
+
+// Hold returns the version whose install holds the chips in this boot,
+// ok false when none does.
+func (d Dir) Hold() (string, bool, error) { return d.read(holdFile) }
+
+// SetHold records that the chips are held for the install of version.
+func (d Dir) SetHold(version string) error { return d.write(holdFile, version) }
+
+// ClearHold removes the hold; a missing one is not an error.
+func (d Dir) ClearHold() error { return d.remove(holdFile) }
 
 func (d Dir) read(name string) (string, bool, error) {
 	b, err := os.ReadFile(d.file(name))

@@ -136,6 +136,21 @@ func firstLine(b []byte) string {
 	return string(b)
 }
 
+// gate is Check without npu-smi while the marker is missing: the driver
+// pod takes it away while it holds the chips for an install (or a wedge
+// took it), and the device plugin's and exporter's gates wait here then;
+// npu-smi would open the davinci nodes the vendor installer needs free.
+// The checks that read only files still say what is wrong.
+func (c Checker) gate(ctx context.Context) error {
+	if !c.RequireMarker || c.MarkerOnly {
+		return c.Check(ctx)
+	}
+	if err := c.checkMarker(); err != nil {
+		return errors.Join(err, c.checkDriverRoot(), c.checkVersion(ctx))
+	}
+	return c.Check(ctx)
+}
+
 // Wait blocks until Check passes or ctx ends. It re-checks as soon as the
 // marker directory changes and otherwise every poll, because the loaded
 // version and the chips are not files it can watch.
@@ -146,7 +161,7 @@ func (c Checker) Wait(ctx context.Context, clk clock.Clock, poll time.Duration, 
 	}
 	last := ""
 	for {
-		err := c.Check(ctx)
+		err := c.gate(ctx)
 		if err == nil {
 			log.Info("NPU driver ready")
 			return nil

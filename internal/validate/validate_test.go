@@ -126,3 +126,35 @@ func TestWaitGivesUpWithTheReason(t *testing.T) {
 		t.Fatalf("error %v", err)
 	}
 }
+
+// smiCounter counts npu-smi runs: each opens the davinci device nodes.
+type smiCounter struct {
+	*simhost.Host
+	runs int
+}
+
+func (s *smiCounter) NPUSMI(ctx context.Context, args ...string) ([]byte, error) {
+	s.runs++
+	return s.Host.NPUSMI(ctx, args...)
+}
+
+// The device plugin's and exporter's gate opens no chip while the marker
+// is missing (the driver pod holds the chips for an install): npu-smi
+// runs only once the marker is back.
+func TestWaitRunsNoNPUSMIWithoutTheMarker(t *testing.T) {
+	c, h := newChecker(t, "25.5.0")
+	counter := &smiCounter{Host: h}
+	c.Host = counter
+	log := logrus.New()
+	log.SetOutput(io.Discard)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	err := c.Wait(ctx, clocktesting.NewFakeClock(time.Now()), time.Hour, log)
+	if err == nil || !strings.Contains(err.Error(), "driver-ready marker") || counter.runs != 0 {
+		t.Fatalf("without the marker: error %v, %d npu-smi runs; want the marker named and no npu-smi", err, counter.runs)
+	}
+	setMarker(t, h)
+	if err := c.Wait(context.Background(), clocktesting.NewFakeClock(time.Now()), time.Hour, log); err != nil || counter.runs != 1 {
+		t.Fatalf("with the marker: %v, %d npu-smi runs; want ready after one", err, counter.runs)
+	}
+}
