@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -159,8 +160,13 @@ func TestExecRunnerStopsTheProcessGroup(t *testing.T) {
 	}
 	child := strings.TrimSpace(string(b))
 	cancel()
-	if err := <-done; err == nil {
-		t.Fatal("a stopped installer reported success")
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Fatal("a stopped installer reported success")
+		}
+	case <-time.After(2 * StopGrace): // a bound, not a synchronisation
+		t.Fatalf("the stopped installer did not return within %s: its child %s runs on and keeps its output open", 2*StopGrace, child)
 	}
 	if _, err := os.Stat("/proc/" + child); err == nil {
 		if b, _ := os.ReadFile("/proc/" + child + "/stat"); !strings.Contains(string(b), ") Z ") {
