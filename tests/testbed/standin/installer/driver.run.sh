@@ -10,21 +10,28 @@
 # the test bed: when no driver is loaded it "loads" this one the way the
 # test bed's nodes model it (a directory per module in /sys/module, the
 # device nodes with /dev/null's major and minor).
+#
+# Over an installed package it takes upstream's overwrite path: it refuses
+# while processes hold the chips' device nodes of a loaded driver (unless
+# --force), then removes the old package (version.info first) before
+# installing. The test bed can pause it between the two (pause_point).
 PKG_VERSION='@VERSION@'
 MODULES='@MODULES@'
 LOADED='@LOADED@'
 
-install_type='' quiet=n for_all=n install_path=/usr/local/Ascend
+install_type='' quiet=n for_all=n force=n install_path=/usr/local/Ascend
 user=HwHiAiUser group=HwHiAiUser
 for arg in "$@"; do
 	case "$arg" in
 	--full) install_type=full ;;
 	--quiet) quiet=y ;;
 	--install-for-all) for_all=y ;;
+	# args_parse.sh l.324 (force=n), l.426-430 (--force sets force=y).
+	--force) force=y ;;
 	--install-path=*) install_path=${arg#--install-path=} ;;
 	--install-username=*) user=${arg#--install-username=} ;;
 	--install-usergroup=*) group=${arg#--install-usergroup=} ;;
-	*) echo "[ERROR] unsupported option $arg (the stand-in package knows --full, --quiet, --install-for-all, --install-path=, --install-username=, --install-usergroup=)"; exit 1 ;;
+	*) echo "[ERROR] unsupported option $arg (the stand-in package knows --full, --quiet, --force, --install-for-all, --install-path=, --install-username=, --install-usergroup=)"; exit 1 ;;
 	esac
 done
 [ "$quiet" = y ] || echo "Ascend driver $PKG_VERSION (npu-stack test-bed stand-in)"
@@ -52,14 +59,131 @@ case "$install_path" in
 esac
 
 set -e
-log=/var/log/ascend_seclog/ascend_install.log
+logFile=/var/log/ascend_seclog/ascend_install.log
 mkdir -p /var/log/ascend_seclog
-echo "$(date '+%Y-%m-%d %H:%M:%S') install $PKG_VERSION to $install_path ($*)" >>"$log"
+echo "$(date '+%Y-%m-%d %H:%M:%S') install $PKG_VERSION to $install_path ($*)" >>"$logFile"
 
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 line=$(awk '/^__PAYLOAD__$/ { print NR + 1; exit 0 }' "$0")
 tail -n +"$line" "$0" | tar -xzf - -C "$tmp"
+
+# log_common.sh log() l.13-17.
+log() {
+	echo "[Driver] [$(date '+%Y-%m-%d %H:%M:%S')] [$(id | awk '{printf $1}')] $1" >>"$logFile"
+}
+info=/etc/ascend_install.info
+updates="/lib/modules/$(uname -r)/updates"
+
+# check_holders is check_boot_status() (driver_install.sh l.377-414) as it
+# goes on a loaded driver: without --force, the installer sets the chips'
+# hot-reset flag, which fails while processes hold the device nodes
+# (common.sh setHotResetFlag() l.380-408), and then refuses through
+# exitInstallInfo() (driver_install.sh l.416-422). Upstream asks the old
+# tree's tools/upgrade-tool (absent from the stand-in package) whether the
+# chips are booted; here they are when the driver is loaded. The holders
+# are found as common.sh checkUserProcess() does when fuser is missing
+# (l.222-233: `ls -l /proc/*/fd` matched against the device paths; the
+# stand-in never uses fuser) and logged with their command lines
+# (upstream: `ps -ef | grep -w <pid>`, l.217, l.230). Only paths can tell
+# the test bed's device nodes apart: all are 1:3, as /dev/null is.
+# Upstream's loops `for f_file in $davinci_files` (l.210, l.223) read only
+# the array's first element (/dev/davinci_manager), so its log names fewer
+# holders than the driver refuses for; the stand-in names them all.
+# checkUserDocker() (docker inspect) is not modelled: the test bed's nodes
+# run containerd.
+check_holders() {
+	if [ ! -d /proc/self/fd ]; then
+		# The real driver knows its holders without /proc; the stand-in
+		# does not, and would wrongly let the install through.
+		echo "[ERROR] npu-stack test-bed stand-in: /proc is not mounted in the installer's root, so it cannot see which processes hold the davinci nodes"
+		exit 1
+	fi
+	holders=$(ls -l /proc/[0-9]*/fd 2>/dev/null | awk '
+		/^\/proc\/[0-9]+\/fd:$/ { pid = substr($0, 7, length($0) - 10); next }
+		/ -> / {
+			t = $0; sub(/^.* -> /, "", t); sub(/ \(deleted\)$/, "", t)
+			if (t ~ /^\/dev\/(davinci_manager|devmm_svm|hisi_hdc|davinci[0-9]+)$/) print pid, t
+		}')
+	[ -n "$holders" ] || return 0
+	echo "$holders" | while read -r pid dev; do
+		log "[WARNING]$dev has user process: $pid"
+		echo "pid $pid holds $dev: $(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null || true)" >>"$logFile"
+	done
+	now=$(date '+%Y-%m-%d %H:%M:%S')
+	# drvColorEcho() is `echo -e` (log_common.sh l.45-48): the colour
+	# codes are part of what upstream prints.
+	printf '[Driver] [%s] [ERROR]\033[31mThe davinci nodes are occupied by some processes, please stop processes and install or uninstall again, details in : %s \033[0m\n' "$now" "$logFile"
+	log "[ERROR]The davinci nodes are occupied by some processes, please stop processes and install or uninstall again."
+	printf '[Driver] [%s] [INFO]If you want to install or uninstall the driver forcibly, add the force parameter. For details, see [--help].\n' "$now"
+	# exitLog() (log_common.sh l.24-29).
+	printf '[Driver] [%s] [INFO]End time: %s\n' "$now" "$now" | tee -a "$logFile"
+	exit 1
+}
+
+# uninstall_old is uninstallRun() (driver_install.sh l.529-640) for the
+# package installed at $1: the check above before anything is removed,
+# version.info first (l.575-580), then host_servers_remove.sh
+# remove_so_conf() (l.71-77) and run_driver_uninstall.sh --uninstall: the
+# Driver_Install_Status line (l.441), the modules the package put in
+# updates (filelist_remove() l.249-275; the stand-in takes their names
+# from the old tree's host/*.ko), the package's files (drv_ddr_remove()
+# l.154-247, the files listed in its filelist.csv, which include npu-smi
+# and /usr/local/dcmi from driver_atlas.xml), /lib/davinci.conf
+# (pcie_load_path_unset() l.302-311). The install directory itself stays
+# (delTargetdir() l.340-343 removes only an empty /usr/local/Ascend left
+# behind for another path).
+uninstall_old() {
+	old="$1/driver"
+	if [ "$force" = n ] && { [ -d /sys/module/drv_pcie_host ] || [ -d /sys/module/drv_vpcie ]; }; then
+		check_holders
+	fi
+	rm -f "$old/version.info"
+	log "[INFO]rm -rf version.info success"
+	if [ -f /etc/ld.so.conf.d/ascend_driver_so.conf ]; then
+		rm -f /etc/ld.so.conf.d/ascend_driver_so.conf
+		ldconfig
+	fi
+	sed -i '/Driver_Install_Status=/d' "$info"
+	for ko in "$old"/host/*.ko; do
+		if [ -e "$ko" ]; then rm -f "$updates/${ko##*/}"; fi
+	done
+	if [ -d "$old" ]; then
+		find "$old" -mindepth 1 -delete
+	fi
+	rm -f /usr/local/bin/npu-smi /usr/local/sbin/npu-smi /usr/local/dcmi/libdcmi.so \
+		/usr/local/dcmi/dcmi_interface_api.h /usr/local/dcmi/dsmi_common_interface_custom.h /lib/davinci.conf
+	log "[INFO]uninstall driver success"
+}
+
+# pause_point lets the test bed stop the installer where a real one can
+# be killed half-way: the old package is gone (no version.info, no
+# Driver_Install_Status=complete) and the new one not yet copied. With the
+# FIFOs reached and release in $pause (standin.NewInstallerPause), the
+# installer writes its PID (in its PID namespace) to reached, then waits
+# for a line on release; end of file (the test bed went away) releases it
+# too. Nothing here polls.
+pause=/var/lib/npu-stack-testbed/installer-pause
+pause_point() {
+	if [ -p "$pause/reached" ] && [ -p "$pause/release" ]; then
+		echo $$ >"$pause/reached"
+		read -r _ <"$pause/release" || true
+	fi
+}
+
+# Script entry (driver_install.sh l.647-650, l.678-706): the package is
+# installed when /etc/ascend_install.info names an install path
+# (getInstallParam(), common.sh l.35-58, reads `Key=` with grep and cut);
+# then --full takes the overwrite branch, uninstallRun and installRun.
+# The old path is the recorded one, not --install-path.
+old_path=''
+if [ -f "$info" ]; then
+	old_path=$(grep "Driver_Install_Path_Param=" "$info" | cut -d= -f2- || true)
+fi
+if [ -n "$old_path" ]; then
+	uninstall_old "$old_path"
+fi
+pause_point
 
 tree="$install_path/driver"
 mkdir -p "$tree"
@@ -87,7 +211,6 @@ done
 
 # deal_ko.sh driver_ko_install(): cp -f to /lib/modules/$(uname -r)/updates.
 # depmod -a is not run: the stand-in modules are empty files, not ELF objects.
-updates="/lib/modules/$(uname -r)/updates"
 mkdir -p "$updates"
 chmod 755 "$updates"
 for m in $MODULES; do
@@ -104,7 +227,6 @@ echo "DAVINCI_HOME_PATH=$install_path" >/lib/davinci.conf
 chmod 444 /lib/davinci.conf
 
 # common.sh updateInstallParam(): each key rewritten in place.
-info=/etc/ascend_install.info
 if [ ! -f "$info" ]; then
 	touch "$info"
 	chmod 644 "$info"
@@ -157,7 +279,7 @@ fi
 
 # install.sh statusUpdate().
 update_param Driver_Install_Status complete
-echo "$(date '+%Y-%m-%d %H:%M:%S') installed $PKG_VERSION" >>"$log"
+echo "$(date '+%Y-%m-%d %H:%M:%S') installed $PKG_VERSION" >>"$logFile"
 if [ "$reboot_needed" = y ]; then
 	echo "[INFO]Driver package installed successfully! Reboot needed for installation/upgrade to take effect!"
 	exit 2
