@@ -14,9 +14,16 @@
  *
  * Every path is read under $NPU_STACK_TESTBED_ROOT (default "/"), so the
  * unit tests can run the built tools against a directory.
+ *
+ * As the vendor's, a successful dcmi_init() leaves the device nodes open
+ * until the process exits (dcmi_init opens /dev/davinci_manager, device
+ * handles open /dev/davinci<N>): npu-smi and the device plugin's
+ * dcmi-query hold them while they run, and the driver's installer refuses
+ * to install over a loaded driver then (installer/driver.run.sh).
  */
 #include <ctype.h>
 #include <dirent.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -135,6 +142,35 @@ static int visible_chips(void)
 	return n < MAX_CHIPS ? n : MAX_CHIPS;
 }
 
+/* hold_nodes opens /dev/davinci_manager and every /dev/davinci<N>; the
+ * descriptors stay open until the process exits. Every chip node the
+ * process sees is held: npu-smi info and dcmi-query use every chip. */
+static void hold_nodes(void)
+{
+	char dir[4096], p[4096 + 256];
+	struct dirent *e;
+	DIR *d;
+
+	path_of(p, sizeof(p), "/dev/davinci_manager");
+	open(p, O_RDWR | O_CLOEXEC);
+	path_of(dir, sizeof(dir), "/dev");
+	d = opendir(dir);
+	if (!d)
+		return;
+	while ((e = readdir(d)) != NULL) {
+		const char *c = e->d_name + 7;
+		if (strncmp(e->d_name, "davinci", 7) != 0 || !*c)
+			continue;
+		while (*c && isdigit((unsigned char)*c))
+			c++;
+		if (*c)
+			continue;
+		snprintf(p, sizeof(p), "%s/%s", dir, e->d_name);
+		open(p, O_RDWR | O_CLOEXEC);
+	}
+	closedir(d);
+}
+
 static int health_code(const char *h)
 {
 	const char *names[] = {"OK", "Warning", "Alarm", "Critical"};
@@ -164,6 +200,7 @@ int dcmi_init(void)
 		if (st.chips == 0)
 			return DCMI_ERR_CODE_INNER_ERR;
 		st.loaded = 1;
+		hold_nodes();
 		return DCMI_OK;
 	}
 	json_string(js, "model", st.model, sizeof(st.model));
@@ -179,6 +216,7 @@ int dcmi_init(void)
 	if (st.init_ret != 0)
 		return st.init_ret;
 	st.loaded = 1;
+	hold_nodes();
 	return DCMI_OK;
 }
 

@@ -35,6 +35,13 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	cfg.Log.Printf("%d chips of type %s on node %s", len(chips), chips[0].DeviceType(), cfg.Node)
+	// Held from here until Run returns, as the vendor's plugin holds them
+	// through DCMI while it runs.
+	held := NewHeld(cfg.DevDir)
+	defer func() { _ = held.Close() }()
+	if err := held.Hold(chips); err != nil {
+		return fmt.Errorf("node %s: %w", cfg.Node, err)
+	}
 	if err := publish(ctx, cfg, chips); err != nil {
 		return err
 	}
@@ -69,6 +76,9 @@ func Run(ctx context.Context, cfg Config) error {
 			continue
 		}
 		chips = now
+		if err := held.Hold(chips); err != nil {
+			cfg.Log.Printf("%v", err)
+		}
 		for _, c := range chips {
 			if !c.Healthy() {
 				cfg.Log.Printf("chip %s is unhealthy (health code %d)", c.DeviceName(), c.Health)

@@ -59,11 +59,25 @@ func run(args []string) error {
 	}
 	defer func() { _ = f.Close() }()
 	logger := log.New(io.MultiWriter(os.Stderr, f), "", log.LstdFlags)
-	http.HandleFunc("/metrics", func(w http.ResponseWriter, r *http.Request) {
-		chips, err := deviceplugin.Query(r.Context(), "/usr/local/bin/dcmi-query")
+	// The chips' device nodes stay open while the exporter runs, as the
+	// vendor's does through DCMI (deviceplugin.Held): from the start when
+	// the driver is loaded then, else from the first scrape that finds
+	// the chips.
+	held := deviceplugin.NewHeld("/dev")
+	defer func() { _ = held.Close() }()
+	query := func(ctx context.Context) []deviceplugin.Chip {
+		chips, err := deviceplugin.Query(ctx, "/usr/local/bin/dcmi-query")
+		if err == nil {
+			err = held.Hold(chips)
+		}
 		if err != nil {
 			logger.Printf("%v", err)
 		}
+		return chips
+	}
+	query(context.Background())
+	http.HandleFunc("/metrics", func(w http.ResponseWriter, r *http.Request) {
+		chips := query(r.Context())
 		var b strings.Builder
 		b.WriteString("# HELP npu_chip_info_health_status the npu health status\n# TYPE npu_chip_info_health_status gauge\n")
 		for _, c := range chips {
