@@ -40,8 +40,13 @@ var allowlist = map[string][]string{
 	// its Node, patch driver-ready and the recovery request (the driver
 	// entry also list-watches its Node, by name, for its reboot), and on a
 	// wedge list and delete the device-plugin pod of its own node (this
-	// namespace only); Node events.
-	"driver": {"get nodes", "list nodes", "watch nodes", "patch nodes", "list pods", "delete pods", "create events", "patch events"},
+	// namespace only); before an install over a loaded driver, driver
+	// entry gets and lists the DaemonSets it stops (--stop: the device
+	// plugin, the exporter, rerollTargets) and lists and deletes their
+	// pods on its node (this namespace, and the same four rights in each
+	// other namespace of rerollTargets); Node events.
+	"driver": {"get nodes", "list nodes", "watch nodes", "patch nodes", "list pods", "delete pods",
+		"get daemonsets.apps", "list daemonsets.apps", "create events", "patch events"},
 	// The vendor device plugin (MindCluster v7.3.0 pkg/kubeclient): gets
 	// and patches its Node and the node status, watches and patches the
 	// pods of its node, watches the reset ConfigMaps and updates the

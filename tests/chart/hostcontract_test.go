@@ -396,8 +396,9 @@ func checkPluginSelector(t *testing.T, r *rendered, driverDS, pluginDS string) {
 
 // The wedge reaches the scheduler: with the default values the watch of
 // every driver pod deletes its node's device-plugin pod on a wedge; with
-// the device plugin off it gets no selector (and its account no right to
-// delete pods).
+// the device plugin off it gets no selector (its account still lists and
+// deletes pods in the namespace: driver entry stops the exporter's pods
+// before an install over a loaded driver, TestDriverMayStopPodsInEachTargetNamespace).
 func TestWatchNamesTheDevicePlugin(t *testing.T) {
 	r := mustRender(t, variant{name: "defaults"})
 	checkPluginSelector(t, r, "npu-stack-driver-910b", "npu-stack-device-plugin")
@@ -405,11 +406,6 @@ func TestWatchNamesTheDevicePlugin(t *testing.T) {
 	for _, a := range strs(containers(t, off.find("DaemonSet", "npu-stack-driver-910b"), "containers")["watch"]["args"]) {
 		if strings.HasPrefix(a, "--device-plugin-selector") {
 			t.Errorf("device plugin disabled, yet the watch gets %s", a)
-		}
-	}
-	for _, role := range append(off.ofKind("ClusterRole"), off.ofKind("Role")...) {
-		if role.GetLabels()["app.kubernetes.io/component"] == "driver" && ruleAllows(role, "", "pods", "delete") {
-			t.Errorf("device plugin disabled, yet %s %s lets the driver pod delete pods", role.GetKind(), role.GetName())
 		}
 	}
 	for _, role := range r.ofKind("Role") {

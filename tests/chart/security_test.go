@@ -40,6 +40,8 @@ var securityTable = map[string]containerSecurity{
 	"device-plugin/device-plugin": {privileged: true},
 	// The vendor exporter reads chip metrics through dcmi (/dev/davinci*).
 	"exporter/exporter": {privileged: true},
+	// The exporter's gate: the device plugin's, npu-smi included.
+	"exporter/wait-for-driver": {privileged: true},
 	// rebooter.method=systemd: a D-Bus call to the host's systemd, which
 	// lets a root peer with CAP_SYS_ADMIN start reboot.target.
 	"rebooter/rebooter": {capAdd: []string{"SYS_ADMIN"}},
@@ -163,8 +165,11 @@ func TestRBACMatchesTheCode(t *testing.T) {
 			if ruleAllows(role, "", "pods/eviction", "create") && comp != "rollout" {
 				t.Errorf("%s may evict pods: only the rollout evicts (the rebooter deletes its own node's pods)", where)
 			}
-			// The driver pod (health-watch) deletes the device-plugin pod
-			// of its wedged node, in the chart's namespace only (a Role).
+			// The driver pod deletes pods of its own node only through
+			// Roles: the device-plugin pod of its wedged node (health-watch)
+			// and, before an install over a loaded driver, the pods of the
+			// DaemonSets it stops (driver entry), in the chart's namespace
+			// and the namespaces of rerollTargets.
 			if ruleAllows(role, "", "pods", "delete") && comp != "rollout" && comp != "rebooter" && (comp != "driver" || role.GetKind() != "Role") {
 				t.Errorf("%s may delete pods", where)
 			}

@@ -263,7 +263,6 @@ rollout watches so the newest policy takes effect at once.
 
 {{/* The rollout's command line, shared by the hook Job, the job-mode Job and the resume CronJob. */}}
 {{- define "npu-stack.rolloutArgs" -}}
-{{- $p := .Values.driver.upgradePolicy -}}
 - rollout
 - {{ printf "--namespace=%v" (include "npu-stack.namespace" .) | quote }}
 - {{ printf "--label-domain=%v" .Values.labelDomain | quote }}
@@ -276,19 +275,94 @@ rollout watches so the newest policy takes effect at once.
 {{- /* 90% of the Job's hard limit: the rollout stops first and prints its
 summary (the stuck nodes and their fix) before the Job is killed. */}}
 - {{ printf "--deadline=%vs" (div (mul .Values.hooks.activeDeadlineSeconds 9) 10) | quote }}
+{{- range include "npu-stack.chipDaemonSets" . | fromJsonArray }}
+- {{ printf "--reroll=%s" . | quote }}
+{{- end }}
+{{- end }}
+
+{{/*
+The DaemonSets whose pods hold the chips on a node, as a JSON list of
+"<namespace>/<name>" and "<namespace>/selector:<label selector>": the
+device plugin and the exporter of every group (when enabled), then
+driver.upgradePolicy.rerollTargets. The rollout re-rolls them after a
+driver change (--reroll) and the driver pod deletes their pods on its
+node before an install over a loaded driver (--stop): one list, so the
+two never differ.
+*/}}
+{{- define "npu-stack.chipDaemonSets" -}}
+{{- $out := list }}
 {{- range $group := include "npu-stack.driverGroups" . | fromJsonArray }}
 {{- range $base, $on := dict "device-plugin" $.Values.devicePlugin.enabled "exporter" $.Values.exporter.enabled }}
 {{- if $on }}
-- {{ printf "--reroll=%s/%s-%s" (include "npu-stack.namespace" $) (include "npu-stack.fullname" $) (include "npu-stack.groupComponent" (dict "base" $base "group" $group)) | quote }}
+{{- $out = append $out (printf "%s/%s-%s" (include "npu-stack.namespace" $) (include "npu-stack.fullname" $) (include "npu-stack.groupComponent" (dict "base" $base "group" $group))) }}
 {{- end }}
 {{- end }}
 {{- end }}
-{{- range $p.rerollTargets }}
+{{- range .Values.driver.upgradePolicy.rerollTargets }}
 {{- if .name }}
-- {{ printf "--reroll=%s/%s" .namespace .name | quote }}
+{{- $out = append $out (printf "%s/%s" .namespace .name) }}
 {{- else }}
-- {{ printf "--reroll=%s/selector:%s" .namespace .selector | quote }}
+{{- $out = append $out (printf "%s/selector:%s" .namespace .selector) }}
 {{- end }}
+{{- end }}
+{{- toJson $out }}
+{{- end }}
+
+{{/*
+The gate of every pod that opens the chips through the vendor's dcmi (the
+device plugin, the exporter): an init container that waits until the
+driver is loaded and ready. While the ready marker is absent (no driver
+yet, a wedge removed it, or the driver pod took it away to install over
+the loaded driver before the reboot) the pod's main container does not
+start, so nothing of ours holds the chips. (dict "ctx" $ "group" $group).
+It calls no API: the exporter's pod mounts no token.
+*/}}
+{{- define "npu-stack.waitForDriver" -}}
+- name: wait-for-driver
+  image: {{ include "npu-stack.image" (dict "image" .ctx.Values.images.healthwatch "ctx" .ctx) }}
+  imagePullPolicy: {{ .ctx.Values.images.healthwatch.pullPolicy }}
+  args:
+    - validate
+    - --host-root=/host
+    - --wait
+    - --node-name=$(NODE_NAME)
+    - {{ printf "--driver-root=%v" .group.path | quote }}
+    - {{ printf "--marker-dir=%v" .ctx.Values.driver.markerDir | quote }}
+    {{- /* No --driver-version: whatever driver is loaded and ready
+    is the one to serve until the reboot. A version here would
+    roll these DaemonSets on every driver.version bump, and their new
+    pods would wait for a driver only the post-upgrade rollout
+    loads: a deadlock under helm --wait, Flux and Argo CD. */}}
+    {{- if not .ctx.Values.driver.enabled }}
+    # Pre-installed driver: no driver pod writes a marker; chips
+    # visible through npu-smi is the gate.
+    - --require-marker=false
+    {{- end }}
+  env:
+    {{- include "npu-stack.agentEnv" .ctx | nindent 4 }}
+  # npu-smi opens /dev/davinci* (mode 0660, root or the driver's
+  # HwHiAiUser group: docs/host-contract.md, "Device nodes"):
+  # root, and privileged for the device cgroup. A non-root process
+  # gets no effective capabilities even when privileged.
+  securityContext:
+    privileged: true
+    runAsUser: 0
+  volumeMounts:
+    {{- include "npu-stack.hostRootMount" .ctx | nindent 4 }}
+{{- end }}
+
+{{/*
+Refusals of driver install values the schema cannot express (relations
+between two values).
+*/}}
+{{- define "npu-stack.checkDriverInstall" -}}
+{{- $d := .Values.driver }}
+{{- $least := add (int64 $d.installTimeoutSeconds) 30 }}
+{{- if lt (int64 $d.terminationGracePeriodSeconds) $least }}
+{{- fail (printf "driver.terminationGracePeriodSeconds (%v) must be at least driver.installTimeoutSeconds (%v) + 30 = %v: at the end of the grace period the kubelet kills the driver container, and a running installer with it, leaving a half-installed driver. Set driver.terminationGracePeriodSeconds to %v or more, or lower driver.installTimeoutSeconds" $d.terminationGracePeriodSeconds $d.installTimeoutSeconds $least $least) }}
+{{- end }}
+{{- if lt (int64 $d.installRetry.maxSeconds) (int64 $d.installRetry.initialSeconds) }}
+{{- fail (printf "driver.installRetry.maxSeconds (%v) is below driver.installRetry.initialSeconds (%v): the longest wait between install retries cannot be shorter than the first. Set driver.installRetry.maxSeconds to %v or more, or lower driver.installRetry.initialSeconds" $d.installRetry.maxSeconds $d.installRetry.initialSeconds $d.installRetry.initialSeconds) }}
 {{- end }}
 {{- end }}
 
