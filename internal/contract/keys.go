@@ -86,6 +86,16 @@ func (k Keys) InstallStatus() string { return k.key("driver-upgrade.install-stat
 // (counting nodes done) takes the node for installed.
 const InstalledIncomplete = "incomplete"
 
+// DriverRetryCommand is the one command that makes the driver pod of node
+// try its install again at once: its replacement starts with no backoff.
+// The driver DaemonSets' pods carry app=npu-driver-daemonset (seed 000).
+func DriverRetryCommand(namespace, node string) string {
+	if namespace == "" {
+		namespace = "<namespace>"
+	}
+	return fmt.Sprintf("kubectl delete pod -n %s -l app=npu-driver-daemonset --field-selector spec.nodeName=%s", namespace, node)
+}
+
 // UpgradeFailureReason and UpgradeFailureStep explain upgrade-failed.
 func (k Keys) UpgradeFailureReason() string { return k.key("driver-upgrade.failure-reason") }
 func (k Keys) UpgradeFailureStep() string   { return k.key("driver-upgrade.failure-step") }

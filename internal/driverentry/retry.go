@@ -63,15 +63,6 @@ type RetryError struct {
 func (e *RetryError) Error() string { return e.Msg }
 func (e *RetryError) Unwrap() error { return e.Err }
 
-// RetryCommand is the one command that makes the driver pod of node try
-// its install again at once: its replacement starts with no backoff.
-func RetryCommand(namespace, node string) string {
-	if namespace == "" {
-		namespace = "<namespace>"
-	}
-	return fmt.Sprintf("kubectl delete pod -n %s -l app=npu-driver-daemonset --field-selector spec.nodeName=%s", namespace, node)
-}
-
 // retry runs try until it returns anything but a *RetryError, waiting
 // Config.Retry between tries. Each retry is announced where a user looks:
 // an Event with the reason and the next try, the node's install-status
@@ -87,7 +78,7 @@ func retry(ctx context.Context, cfg Config, d Deps, try func() error) error {
 		wait := cfg.Retry.Delay(attempt)
 		next := clk.Now().Add(wait).UTC().Format(time.RFC3339)
 		msg := fmt.Sprintf("%s; tried %d time(s), next try in %s (at %s) by the driver pod itself; to try now: %s",
-			re.Msg, attempt+1, wait, next, RetryCommand(cfg.Namespace, cfg.NodeName))
+			re.Msg, attempt+1, wait, next, contract.DriverRetryCommand(cfg.Namespace, cfg.NodeName))
 		d.Log.WithError(err).WithField("retryIn", wait).Warn("driver install not done; retrying")
 		node := re.node
 		if node == nil {

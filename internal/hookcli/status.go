@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -16,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 
 	"github.com/openfuyao/npu-stack/internal/cli"
+	"github.com/openfuyao/npu-stack/internal/contract"
 	"github.com/openfuyao/npu-stack/internal/rollout"
 )
 
@@ -110,7 +112,7 @@ func NewStatus(g *cli.GlobalOptions) *cobra.Command {
 				if err != nil {
 					return err
 				}
-				if err := printStatus(cmd.OutOrStdout(), st, format); err != nil {
+				if err := printStatus(cmd.OutOrStdout(), st, format, cf.namespace); err != nil {
 					return err
 				}
 				if !watch || !c.WaitForChange(ctx) {
@@ -149,7 +151,7 @@ func withBlockers(ctx context.Context, cf *clusterFlags, st rollout.Status) (rol
 	return rollout.WithBlockers(st, blockers), nil
 }
 
-func printStatus(w io.Writer, st rollout.Status, format outputFormat) error {
+func printStatus(w io.Writer, st rollout.Status, format outputFormat, namespace string) error {
 	if format == outputJSON {
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
@@ -176,6 +178,20 @@ func printStatus(w io.Writer, st rollout.Status, format outputFormat) error {
 	}
 	if _, err := fmt.Fprintf(w, "progress: %s (%s)\n", st.Summary, st.Outcome); err != nil {
 		return fmt.Errorf("write status: %w", err)
+	}
+	// The driver pods' installs: what each waits for, and the one
+	// command that makes it try again now.
+	for _, r := range st.Nodes {
+		if r.Install == "" {
+			continue
+		}
+		line := fmt.Sprintf("driver install on %s: %s\n", r.Node, r.Install)
+		if strings.HasPrefix(r.Install, "blocked") || strings.HasPrefix(r.Install, "failed") {
+			line += fmt.Sprintf("  try again now: %s\n", contract.DriverRetryCommand(namespace, r.Node))
+		}
+		if _, err := io.WriteString(w, line); err != nil {
+			return fmt.Errorf("write status: %w", err)
+		}
 	}
 	for _, l := range st.LeftBehind {
 		if _, err := fmt.Fprintf(w, "left behind: %s: %s\n", l.Node, l.Reason); err != nil {

@@ -17,6 +17,10 @@ var blockerReasons = map[contract.EventReason]bool{
 	contract.EventRecoveryPaused:  true,
 	contract.EventEvictionBlocked: true,
 	contract.EventApprovalInvalid: true,
+	// The driver pod: an install over the loaded driver that waits for a
+	// holder of the chips, or failed and waits for its retry.
+	contract.EventDriverInstallBlocked: true,
+	contract.EventDriverInstallFailed:  true,
 }
 
 // Blocker is "<reason>: <message>" of the newest event among events that

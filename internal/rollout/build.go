@@ -57,7 +57,7 @@ type viewer struct {
 type viewKeys struct {
 	state, skip, driverVersion, driverReady, rebootRequired        string
 	since, bootID, target, rebootReason, rebootStarted, approve    string
-	rebootFrom, installed                                          string
+	rebootFrom, installed, installStatus                           string
 	failureReason, failureStep, rerolled, wasCordoned, specVersion string
 }
 
@@ -67,7 +67,7 @@ func newViewKeys(k contract.Keys) viewKeys {
 		rebootRequired: k.RebootRequired(), since: k.UpgradeSince(), bootID: k.UpgradeBootID(), target: k.UpgradeTarget(),
 		rebootReason: k.RebootReason(), rebootStarted: k.RebootStartedAt(), approve: k.ApproveReboot(),
 		failureReason: k.UpgradeFailureReason(), failureStep: k.UpgradeFailureStep(), rerolled: k.UpgradeRerolled(),
-		wasCordoned: k.UpgradeWasCordoned(), specVersion: k.DriverSpecVersion(), installed: k.InstalledDriver(),
+		wasCordoned: k.UpgradeWasCordoned(), specVersion: k.DriverSpecVersion(), installed: k.InstalledDriver(), installStatus: k.InstallStatus(),
 		rebootFrom: k.RebootFromBootID(),
 	}
 }
@@ -118,6 +118,7 @@ func (w *viewer) view(node *corev1.Node) NodeView {
 		BootID:         node.Status.NodeInfo.BootID,
 		Loaded:         l[k.driverVersion],
 		Installed:      a[k.installed],
+		InstallStatus:  a[k.installStatus],
 		DriverReady:    l[k.driverReady] == contract.True,
 		Since:          parseTime(a[k.since]),
 		UpgradeBootID:  a[k.bootID],

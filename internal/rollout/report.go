@@ -24,6 +24,9 @@ type StatusRow struct {
 	// Blocker is the newest event in which another actor says why the
 	// node waits (the rebooter, a refused eviction), with its fix.
 	Blocker string `json:"blocker,omitempty"`
+	// Install is the driver pod's account of an install on the node
+	// (installing, blocked, failed, installed), with its next try.
+	Install string `json:"install,omitempty"`
 	// sinceTime is when the node entered its state (for Blocker).
 	sinceTime time.Time
 }
@@ -48,7 +51,7 @@ func BuildStatus(s Snapshot, d Decision, now time.Time) Status {
 		r := StatusRow{
 			Node: n.Name, State: n.RawState, Loaded: n.Loaded, Desired: n.Desired,
 			RebootRequired: n.RebootRequired, RebootReason: n.RebootReason, Approved: n.Approved,
-			Ready: n.Ready, Cordoned: n.Unschedulable, Note: d.Waiting[n.Name],
+			Ready: n.Ready, Cordoned: n.Unschedulable, Note: d.Waiting[n.Name], Install: n.InstallStatus,
 		}
 		if r.State == "" {
 			r.State = "up-to-date"

@@ -46,8 +46,11 @@ type NodeView struct {
 	// Installed is the driver pod's installed-driver-version: the
 	// version on disk, which the next boot loads ("" when no driver pod
 	// records it).
-	Installed   string
-	DriverReady bool
+	Installed string
+	// InstallStatus is the driver pod's install-status: an install
+	// over the loaded driver or a repair, and what it waits for.
+	InstallStatus string
+	DriverReady   bool
 
 	// Bookkeeping annotations.
 	WasCordoned    *bool
