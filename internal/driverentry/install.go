@@ -178,6 +178,10 @@ func runInstaller(ctx context.Context, cfg Config, d Deps) error {
 	}
 	ictx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.installTimeout())
 	defer cancel()
+	stopped := context.AfterFunc(ctx, func() {
+		d.Log.WithField("node", cfg.NodeName).Warn("the driver pod is being stopped: the running install finishes first (within driver.installTimeoutSeconds), then the pod exits")
+	})
+	defer stopped()
 	err := install(ictx, cfg, d)
 	if errors.Is(ictx.Err(), context.DeadlineExceeded) {
 		return fmt.Errorf("the installer %s did not finish within %s (driver.installTimeoutSeconds) and was stopped; the tree it left is repaired by the next try: %w",

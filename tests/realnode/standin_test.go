@@ -234,19 +234,29 @@ func checkInstalled(ctx context.Context, t *testing.T, node *realnode.Node, u *s
 			t.Errorf("%s on %s: %v (%v), want a character device 0666 (--install-for-all)", d, node.Name(), err, fi)
 		}
 	}
-	// Installed again over a loaded driver, without --install-for-all:
-	// the keys are rewritten in place and nothing is loaded (the device
-	// nodes keep their modes until the next boot); without a hot reset the
-	// installer exits 2, "Reboot needed for installation/upgrade to take
-	// effect!" (hicann/driver v8.5.0 install.sh main()).
+	// Installed again over a loaded driver while the device plugin and
+	// the exporter run: they hold the chips' device nodes, so the
+	// installer refuses (hicann/driver v8.5.0 driver_install.sh
+	// check_boot_status, exitInstallInfo) and leaves the tree whole.
 	const staged = "/var/lib/npu-stack/installer/standin/again.run"
 	if err := u.WriteRun(node.Path(staged)); err != nil {
 		t.Fatal(err)
 	}
 	out, err := node.Command(ctx, staged, "--full", "--quiet").CombinedOutput()
 	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 1 || !bytes.Contains(out, []byte("The davinci nodes are occupied by some processes, please stop processes and install or uninstall again")) {
+		t.Fatalf("second install on %s, over a loaded driver held by the device plugin and exporter: %v\n%s; want exit 1 and the installer's refusal", node.Name(), err, out)
+	}
+	if _, err := os.Stat(node.Path("/usr/local/Ascend/driver/version.info")); err != nil {
+		t.Fatalf("the refused install touched the tree: %v", err)
+	}
+	// Forced, without --install-for-all: the keys are rewritten in place
+	// and nothing is loaded (the device nodes keep their modes until the
+	// next boot); without a hot reset the installer exits 2, "Reboot
+	// needed for installation/upgrade to take effect!" (install.sh main()).
+	out, err = node.Command(ctx, staged, "--full", "--quiet", "--force").CombinedOutput()
 	if !errors.As(err, &ee) || ee.ExitCode() != 2 || !bytes.Contains(out, []byte("Reboot needed for installation/upgrade to take effect!")) {
-		t.Fatalf("second install on %s, over a loaded driver: %v\n%s; want exit 2 and the reboot notice", node.Name(), err, out)
+		t.Fatalf("second install on %s, over a loaded driver, forced: %v\n%s; want exit 2 and the reboot notice", node.Name(), err, out)
 	}
 	info, err = os.ReadFile(node.Path("/etc/ascend_install.info"))
 	if err != nil || bytes.Count(info, []byte("Driver_Install_For_All=")) != 1 || !bytes.Contains(info, []byte("Driver_Install_For_All=no\n")) ||
