@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -238,13 +239,31 @@ func (d Deps) installFailed(ctx context.Context, cfg Config, node *corev1.Node, 
 	return &RetryError{Reason: contract.EventDriverInstallFailed, Status: "failed", Msg: msg, Err: err, node: node}
 }
 
-// lastLine is the last non-empty line of the first output that has one.
+// lastLine is what an installer's output says last about its failure:
+// its last [ERROR] line, else its last non-empty line, from the first
+// output that has one, without terminal colour codes (upstream's
+// drvColorEcho prints its errors in red, and then an [INFO] hint).
 func lastLine(outs ...[]byte) string {
 	for _, o := range outs {
-		lines := strings.Split(strings.TrimSpace(string(o)), "\n")
-		if l := strings.TrimSpace(lines[len(lines)-1]); l != "" {
-			return l
+		lines := strings.Split(ansi.ReplaceAllString(strings.TrimSpace(string(o)), ""), "\n")
+		last := ""
+		for _, l := range lines {
+			if l = strings.TrimSpace(l); l == "" {
+				continue
+			}
+			if strings.Contains(l, "ERROR") {
+				last = l
+			}
+		}
+		if last == "" {
+			last = strings.TrimSpace(lines[len(lines)-1])
+		}
+		if last != "" {
+			return last
 		}
 	}
 	return ""
 }
+
+// ansi matches a terminal's colour sequences.
+var ansi = regexp.MustCompile(`\x1b\[[0-9;]*m`)

@@ -257,3 +257,16 @@ func TestHungInstallerStoppedAtItsTimeout(t *testing.T) {
 		t.Fatalf("installed-driver-version %q; want %q", got, contract.InstalledIncomplete)
 	}
 }
+
+// The event quotes the installer's error, not the hint it prints after.
+func TestLastLineQuotesTheInstallersError(t *testing.T) {
+	out := []byte("[Driver] [2026-11-28] [ERROR]\x1b[31mThe davinci nodes are occupied by some processes, please stop processes and install or uninstall again, details in : /var/log/ascend_seclog/ascend_install.log \x1b[0m\n" +
+		"[Driver] [2026-11-28] [INFO]If you want to install or uninstall the driver forcibly, add the force parameter. For details, see [--help].\n")
+	want := "[Driver] [2026-11-28] [ERROR]The davinci nodes are occupied by some processes, please stop processes and install or uninstall again, details in : /var/log/ascend_seclog/ascend_install.log"
+	if got := lastLine(nil, out); got != want {
+		t.Errorf("lastLine = %q\nwant %q", got, want)
+	}
+	if got := lastLine([]byte("step 1\nstep 2\n")); got != "step 2" {
+		t.Errorf("lastLine without an error = %q", got)
+	}
+}
