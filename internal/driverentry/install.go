@@ -172,7 +172,7 @@ func stopping(holders []host.Holder, stopped []string) bool {
 func runInstaller(ctx context.Context, cfg Config, d Deps) error {
 	if _, err := d.Nodes.Patch(ctx, cfg.NodeName, kube.NodeChange{Annotations: map[string]*string{
 		cfg.Keys.InstalledDriver(): kube.Set(contract.InstalledIncomplete),
-		cfg.Keys.InstallStatus(): kube.Set(fmt.Sprintf("installing %s since %s (installer timeout %s)",
+		cfg.Keys.InstallStatus(): kube.Set(fmt.Sprintf("installing %s since %s (installer timeout %s; health probes paused)",
 			cfg.DriverVersion, d.clock().Now().UTC().Format(time.RFC3339), cfg.installTimeout())),
 	}}); err != nil {
 		return err
