@@ -14,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/client-go/tools/cache"
 
 	"github.com/openfuyao/npu-stack/internal/contract"
 	"github.com/openfuyao/npu-stack/internal/host"
@@ -43,6 +44,8 @@ type installBed struct {
 	// generations of the device plugin's and exporter's DaemonSets at the
 	// start: the product never edits them.
 	generations map[string]int64
+	// since is when the current step asked for the reboot.
+	since time.Time
 }
 
 // TestRealNodeDriverInstallFreesTheChips upgrades a real node's driver
@@ -79,9 +82,9 @@ func TestRealNodeDriverInstallFreesTheChips(t *testing.T) {
 		defer func() { _ = stdin.Close(); _ = holder.Wait() }()
 		boots := len(b.node.BootIDs())
 		b.askReboot(ctx, otherVersion)
-		testbed.WaitNodeEvent(ctx, t, env.Client, b.node.Name(), string(contract.EventNPUPodsStopped), "while driver "+otherVersion+" is installed")
-		testbed.WaitNodeEvent(ctx, t, env.Client, b.node.Name(), string(contract.EventHealthProbesPaused), "to install driver "+otherVersion)
-		ev := testbed.WaitNodeEvent(ctx, t, env.Client, b.node.Name(), string(contract.EventDriverInstallBlocked), "(cat) holds /dev/davinci0")
+		b.waitEvent(ctx, string(contract.EventNPUPodsStopped), "while driver "+otherVersion+" is installed")
+		b.waitEvent(ctx, string(contract.EventHealthProbesPaused), "to install driver "+otherVersion)
+		ev := b.waitEvent(ctx, string(contract.EventDriverInstallBlocked), "(cat) holds /dev/davinci0")
 		t.Logf("blocked: %s", ev.Message)
 		if n := len(b.node.BootIDs()); n != boots {
 			t.Fatalf("node rebooted while the install was blocked (%d boots, had %d)", n, boots)
@@ -146,7 +149,7 @@ func TestRealNodeDriverInstallFreesTheChips(t *testing.T) {
 		if _, err := pause.Reached(ctx); err != nil {
 			t.Fatal(err)
 		}
-		ev := testbed.WaitNodeEvent(ctx, t, env.Client, b.node.Name(), string(contract.EventDriverInstallFailed), "did not finish within 1m0s (driver.installTimeoutSeconds) and was stopped")
+		ev := b.waitEvent(ctx, string(contract.EventDriverInstallFailed), "did not finish within 1m0s (driver.installTimeoutSeconds) and was stopped")
 		t.Logf("hung installer: %s", ev.Message)
 		if len(b.node.BootIDs()) != boots || b.node.RebootJobs() != jobs {
 			t.Fatalf("node rebooted after its installer hung: %d boots (had %d), %d reboot jobs (had %d)", len(b.node.BootIDs()), boots, b.node.RebootJobs(), jobs)
@@ -296,6 +299,7 @@ func (b *installBed) helmUpgrade(ctx context.Context, version string, healthWatc
 // the reboot, and approves it.
 func (b *installBed) askReboot(ctx context.Context, target string) {
 	b.t.Helper()
+	b.since = time.Now().Truncate(time.Second)
 	if _, err := kube.PatchNode(ctx, env.Client, b.node.Name(), kube.NodeChange{
 		Labels: map[string]*string{keys.UpgradeState(): kube.Set(string(contract.StateRebootRequired)), keys.RebootRequired(): kube.Set(contract.True)},
 		Annotations: map[string]*string{keys.RebootReason(): kube.Set(string(contract.ReasonUpgrade)), keys.UpgradeTarget(): kube.Set(target),
@@ -352,6 +356,36 @@ func (b *installBed) checkHalfInstalled(want bool) {
 	if err != nil || st.Half != want {
 		b.t.Fatalf("driver tree on %s: %+v, %v; want half-installed=%v", b.node.Name(), st, err, want)
 	}
+}
+
+// waitEvent waits for an Event of reason on the node whose message holds
+// substr. A DriverInstallFailed the test does not wait for ends it at
+// once with the installer's words: the install it waits for will not come.
+func (b *installBed) waitEvent(ctx context.Context, reason, substr string) *corev1.Event {
+	b.t.Helper()
+	var found, failed *corev1.Event
+	lw := cache.NewListWatchFromClient(env.Client.CoreV1().RESTClient(), "events", "",
+		fields.Set{"involvedObject.kind": "Node", "involvedObject.name": b.node.Name()}.AsSelector())
+	err := testbed.WaitFor(ctx, lw, &corev1.Event{}, func(evs []*corev1.Event) (bool, error) {
+		for _, e := range evs {
+			switch {
+			case e.Reason == reason && strings.Contains(e.Message, substr):
+				found = e
+				return true, nil
+			case e.Reason == string(contract.EventDriverInstallFailed) && reason != e.Reason && e.CreationTimestamp.After(b.since):
+				failed = e
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	switch {
+	case err != nil:
+		b.t.Fatalf("no %s event on node %s containing %q: %v", reason, b.node.Name(), substr, err)
+	case failed != nil:
+		b.t.Fatalf("waiting for %s on node %s, the install failed: %s", reason, b.node.Name(), failed.Message)
+	}
+	return found
 }
 
 func (b *installBed) driverPod(ctx context.Context) *corev1.Pod {
