@@ -26,7 +26,7 @@ func TestDeviceHoldersFindsTheHolderByPath(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer f.Close()
+		defer func() { _ = f.Close() }() // the child has its own copy
 		cmd := exec.Command("sleep", "300")
 		cmd.ExtraFiles = []*os.File{f} // held by the child from its start
 		if err := cmd.Start(); err != nil {
