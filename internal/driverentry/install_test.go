@@ -16,6 +16,7 @@ import (
 	"github.com/openfuyao/npu-stack/internal/host"
 	"github.com/openfuyao/npu-stack/internal/host/simhost"
 	"github.com/openfuyao/npu-stack/internal/kube"
+	"github.com/openfuyao/npu-stack/internal/kube/kubetest"
 )
 
 // drained puts the node where the rollout asks the driver pod to install.
@@ -268,5 +269,77 @@ func TestLastLineQuotesTheInstallersError(t *testing.T) {
 	}
 	if got := lastLine([]byte("step 1\nstep 2\n")); got != "step 2" {
 		t.Errorf("lastLine without an error = %q", got)
+	}
+}
+
+// waitSignal tells when a wait for a node condition starts unmet.
+type waitSignal struct {
+	*kubetest.Nodes
+	unmet chan struct{}
+}
+
+func (w waitSignal) Until(ctx context.Context, name string, cond func(*corev1.Node) bool) (*corev1.Node, error) {
+	if n, err := w.Get(ctx, name); err == nil && !cond(n) {
+		select {
+		case w.unmet <- struct{}{}:
+		default:
+		}
+	}
+	return w.Nodes.Until(ctx, name, cond)
+}
+
+// A retry waits for the rollout's request again: a node that left
+// reboot-required while its install failed (the upgrade failed or was
+// rolled back) does not have its pods stopped again.
+func TestRetryWaitsWhileTheNodeIsNoLongerDrained(t *testing.T) {
+	cfg, d, h, _ := setup(t, "25.3.0")
+	s := &stopper{cfg: cfg}
+	d.Pods = s
+	nodes := d.Nodes.(*kubetest.Nodes)
+	w := waitSignal{Nodes: nodes, unmet: make(chan struct{}, 1)}
+	d.Watch = w
+	clk := clocktesting.NewFakeClock(time.Now())
+	d.Clock = clk
+	cfg.Retry = Backoff{Initial: time.Second, Max: time.Second}
+	if err := h.Update(func(st *simhost.State) error { st.InstallFailure = "ERR_NO:0x0080"; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	drained(t, cfg, d)
+	stop := run(t, cfg, d)
+	waitNode(t, d, "failed", func(n *corev1.Node) bool { return strings.HasPrefix(n.Annotations[cfg.Keys.InstallStatus()], "failed: ") })
+	if _, err := d.Nodes.Patch(context.Background(), "n1", kube.NodeChange{Labels: map[string]*string{cfg.Keys.UpgradeState(): kube.Set("upgrade-failed")}}); err != nil {
+		t.Fatal(err)
+	}
+	again := make(chan struct{})
+	go func() {
+		if _, err := nodes.Until(context.Background(), "n1", func(n *corev1.Node) bool {
+			return strings.HasPrefix(n.Annotations[cfg.Keys.InstallStatus()], "stopping what holds the chips")
+		}); err == nil {
+			close(again)
+		}
+	}()
+	for !clk.HasWaiters() {
+		runtime.Gosched() // the retry's timer is being set
+	}
+	select {
+	case <-w.unmet: // the test's own waits above
+	default:
+	}
+	clk.Step(time.Second)
+	select {
+	case <-w.unmet: // the retry waits for reboot-required again
+	case <-again:
+		t.Fatal("the retry stopped the pods and installed on a node no longer in reboot-required")
+	}
+	if err := h.Update(func(st *simhost.State) error { st.InstallFailure = ""; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	drained(t, cfg, d)
+	waitAnnotation(t, d, cfg.Keys.InstalledDriver(), "25.5.0")
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if s.calls != 2 {
+		t.Fatalf("pods stopped %d times; want twice: before the failed install and once drained again", s.calls)
 	}
 }

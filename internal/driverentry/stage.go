@@ -74,6 +74,13 @@ func stage(ctx context.Context, cfg Config, d Deps) error {
 	}
 	log.WithField("command", strings.Join(cfg.InstallCommand, " ")).Info("the rollout drained this node for its reboot: installing the desired driver over the loaded one; the reboot loads it")
 	return retry(ctx, cfg, d, func() error {
+		// A retry waits again for the rollout's request: a node that
+		// left reboot-required meanwhile (its upgrade failed, was paused or
+		// rolled back) must not have its device plugin stopped again.
+		node, err = d.Watch.Until(ctx, cfg.NodeName, func(n *corev1.Node) bool { return StageNow(n, cfg.Keys) })
+		if err != nil {
+			return err
+		}
 		unlock, err := host.LockInstall(ctx, d.Host.Path, d.clock(), func(why error) { log.WithError(why).Info("waiting for the install lock") })
 		if err != nil {
 			return fmt.Errorf("node %s: %w", cfg.NodeName, err)
