@@ -306,7 +306,9 @@ func TestRetryWaitsWhileTheNodeIsNoLongerDrained(t *testing.T) {
 	}
 	drained(t, cfg, d)
 	stop := run(t, cfg, d)
-	waitNode(t, d, "failed", func(n *corev1.Node) bool { return strings.HasPrefix(n.Annotations[cfg.Keys.InstallStatus()], "failed: ") })
+	waitNode(t, d, "failed", func(n *corev1.Node) bool {
+		return strings.HasPrefix(n.Annotations[cfg.Keys.InstallStatus()], "failed: ")
+	})
 	if _, err := d.Nodes.Patch(context.Background(), "n1", kube.NodeChange{Labels: map[string]*string{cfg.Keys.UpgradeState(): kube.Set("upgrade-failed")}}); err != nil {
 		t.Fatal(err)
 	}
