@@ -30,8 +30,14 @@ func FuzzParse(f *testing.F) {
 			t.Fatal("success without chips")
 		}
 		for _, c := range info.Chips {
-			if c.Name == "" || c.NPU < 0 || c.Chip < 0 || c.Device < -1 || c.RawHealth == "" {
+			// NPU -1 and an empty name are only for a chip npu-smi printed
+			// without its NPU row, and that chip must not pass as healthy.
+			orphan := c.RawHealth == NoHealthRow
+			if c.NPU < -1 || (c.NPU == -1 && !orphan) || c.Chip < 0 || c.Device < -1 || c.PhyID < -1 || c.RawHealth == "" {
 				t.Fatalf("invalid chip %+v", c)
+			}
+			if orphan && (c.Health != HealthUnknown || c.Name != "") {
+				t.Fatalf("chip without NPU row has health or name: %+v", c)
 			}
 			if c.Health.Usable() && c.Health != HealthOK && c.Health != HealthWarning {
 				t.Fatalf("health %q usable", c.Health)

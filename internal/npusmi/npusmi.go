@@ -1,17 +1,21 @@
 // Package npusmi reads the table `npu-smi info` prints: the chips of a node
 // and their health. The layouts are those of the npu-smi source
 // (hicann/driver, src/custom/dev_prod/user/npucli/src/npu_info_print.c;
-// testdata/README.md cites the format strings):
+// testdata/README.md cites the format strings, docs/host-contract.md
+// section 3 lists them):
 //
-//   - 910B: a "Chip" column under "NPU Name", one chip per NPU;
+//   - 910 and 910B: a "Chip" column under "NPU Name", one chip per NPU;
 //   - Atlas A3 (910_93): "Chip  Phy-ID", the chip (die) index and its
 //     physical ID, two chips per NPU;
-//   - 310P and 310B: "Chip  Device", the chip index and its logical ID,
-//     one chip per NPU (two on an Atlas 300I Duo); 310B prints no process
-//     table and "NA" for a Bus-Id it cannot read.
+//   - 310, 310P and 310B: "Chip  Device", the chip index and its logical
+//     ID, one or more chips per NPU; 310B and SoC boards print no process
+//     table, and "NA" for a Bus-Id npu-smi cannot read;
+//   - 950: "NPU ID | Name", no chip numbers at all.
 //
 // In every layout each chip has an NPU row of its own (NPU ID, name,
-// health) followed by its chip row, so health is per chip.
+// health) followed by its chip row, so health is per chip. npu-smi leaves
+// out either row when a driver query for it fails (layout.go, table.go);
+// the chip is still reported.
 package npusmi
 
 import (
@@ -29,10 +33,19 @@ const (
 	HealthWarning  Health = "Warning"
 	HealthAlarm    Health = "Alarm"
 	HealthCritical Health = "Critical"
-	// HealthUnknown is any value this parser does not know; it counts as
-	// unhealthy because a new fault state must not pass as a healthy chip.
+	// HealthUnknown is any value this parser does not know, npu-smi's own
+	// "UNKNOWN", and a chip whose health npu-smi did not print; it counts
+	// as unhealthy because a new fault state must not pass as a healthy
+	// chip.
 	HealthUnknown Health = "Unknown"
 )
+
+// NoHealthRow is the RawHealth of a chip whose NPU row npu-smi left out:
+// it prints none when the driver reports a health value it has no word for
+// (print_card_total_info_first and print_card_total_info_with_HBM_first
+// return early; the driver's 0xffffffff for a device that no longer exists
+// is one).
+const NoHealthRow = "(health not printed)"
 
 // ParseHealth maps a Health cell to a Health, case-insensitively.
 func ParseHealth(s string) Health {
@@ -51,24 +64,31 @@ func (h Health) Usable() bool { return h == HealthOK || h == HealthWarning }
 
 // Chip is one chip of the table.
 type Chip struct {
-	// NPU is the card ID (the NPU column).
+	// NPU is the card ID (the NPU or NPU ID column). For a chip printed
+	// without its NPU row it comes from the card's other chips or from the
+	// process table; -1 when neither tells it.
 	NPU int
-	// Chip is the chip's index on its card.
+	// Chip is the chip's index on its card: the printed one, or, where
+	// npu-smi prints none (950, a chip without chip row), the chip's place
+	// among the chips of its card, which is the index npu-smi counts.
 	Chip int
-	// Device is the logical ID from the Device column (310P, 310B), or -1
-	// when the layout has no such column (910B, A3).
+	// Device is the logical ID from the Device column (310, 310P, 310B),
+	// or -1 when the layout has no such column or the chip row is missing.
 	Device int
 	// PhyID is the physical chip ID from the Phy-ID column (Atlas A3), or
 	// -1 when the layout has no such column.
 	PhyID int
-	// Name is the chip model, such as 910B3 or 310P3.
+	// Name is the chip model, such as 910B3 or 310P3; "" when npu-smi
+	// printed none (its chip-info query failed, or the NPU row is missing).
 	Name string
 	// Health is the chip's health, from the NPU row printed above its chip
-	// row.
+	// row; HealthUnknown without one.
 	Health Health
-	// RawHealth is the Health cell as printed.
+	// RawHealth is the Health cell as printed, or NoHealthRow.
 	RawHealth string
-	BusID     string
+	// BusID is the PCI address from the Bus-Id column; "" when npu-smi
+	// printed "NA" (no PCIe information) or no chip row.
+	BusID string
 }
 
 // Info is the parsed output of `npu-smi info`.
@@ -95,22 +115,34 @@ var ErrNoTable = errors.New("no chip table (header with NPU, Name and Health col
 
 // Parse reads the output of `npu-smi info`.
 func Parse(out []byte) (Info, error) {
-	p := parser{info: Info{}}
-	return p.parse(string(out))
+	text := string(out)
+	lines := strings.Split(strings.ReplaceAll(text, "\r\n", "\n"), "\n")
+	l, first, ver, err := findHeader(lines)
+	if err != nil {
+		if errors.Is(err, ErrNoTable) {
+			return Info{}, fmt.Errorf("%w; got: %s", err, excerpt(text))
+		}
+		return Info{}, err
+	}
+	t := table{layout: l}
+	procFrom, err := t.read(lines, first)
+	if err != nil {
+		return Info{}, err
+	}
+	if len(t.chips) == 0 {
+		return Info{}, fmt.Errorf("npu-smi info lists no chip: the %s table is empty (driver loaded without devices?)", l.name)
+	}
+	if procFrom >= 0 {
+		t.nameOrphans(procCards(lines, procFrom))
+	} else {
+		t.nameOrphans(nil)
+	}
+	info := Info{Version: ver}
+	for _, c := range t.chips {
+		info.Chips = append(info.Chips, c.c)
+	}
+	return info, nil
 }
-
-type parser struct {
-	info Info
-	// second is the column after Chip in the header ("Device",
-	// "Phy-ID"), "" when the header has only Chip.
-	second string
-}
-
-// Columns that may follow Chip in the header's second line.
-const (
-	colDevice = "Device"
-	colPhyID  = "Phy-ID"
-)
 
 type lineKind int
 
@@ -120,6 +152,7 @@ const (
 	lineRow
 )
 
+// classify takes a trimmed line.
 func classify(line string) (lineKind, []string) {
 	switch {
 	case strings.HasPrefix(line, "+"):
@@ -138,163 +171,6 @@ func classify(line string) (lineKind, []string) {
 		return lineRow, parts
 	}
 	return lineOther, nil
-}
-
-func (p *parser) parse(text string) (Info, error) {
-	lines := strings.Split(strings.ReplaceAll(text, "\r\n", "\n"), "\n")
-	header := -1
-	for i, raw := range lines {
-		kind, cells := classify(strings.TrimSpace(raw))
-		if kind != lineRow {
-			continue
-		}
-		if p.info.Version == "" {
-			p.info.Version = version(cells)
-		}
-		if isHeader(cells) {
-			header = i
-			break
-		}
-	}
-	if header < 0 {
-		return Info{}, fmt.Errorf("%w; got: %s", ErrNoTable, excerpt(text))
-	}
-	i := header + 1
-	if i < len(lines) {
-		if kind, cells := classify(strings.TrimSpace(lines[i])); kind == lineRow && len(cells) > 0 {
-			fields := strings.Fields(cells[0])
-			if len(fields) > 0 && fields[0] == "Chip" {
-				if len(fields) > 1 {
-					p.second = fields[1]
-				}
-				if len(fields) > 2 || (p.second != "" && p.second != colDevice && p.second != colPhyID) {
-					return Info{}, fmt.Errorf("header line %d: unknown chip columns %q; known: \"Chip\", \"Chip %s\" and \"Chip %s\"", i+1, cells[0], colDevice, colPhyID)
-				}
-				i++
-			}
-		}
-	}
-	if err := p.rows(lines, i); err != nil {
-		return Info{}, err
-	}
-	if len(p.info.Chips) == 0 {
-		return Info{}, fmt.Errorf("npu-smi info lists no chip: the table is empty (driver loaded without devices?)")
-	}
-	return p.info, nil
-}
-
-// rows reads the chip blocks: each starts after a border with an NPU row,
-// followed by its chip row (npu-smi prints one; more are read as chips
-// sharing the NPU row's health). The process table that follows the chip
-// table ends it; 310B prints none, and the output ends after its table.
-func (p *parser) rows(lines []string, from int) error {
-	var card *Chip // the NPU row of the current block
-	chipsInBlock := 0
-	endBlock := func(line int) error {
-		if card != nil && chipsInBlock == 0 {
-			return fmt.Errorf("line %d: NPU %d has no chip row", line, card.NPU)
-		}
-		card, chipsInBlock = nil, 0
-		return nil
-	}
-	for n := from; n < len(lines); n++ {
-		lineNo := n + 1
-		kind, cells := classify(strings.TrimSpace(lines[n]))
-		switch kind {
-		case lineOther:
-			if strings.TrimSpace(lines[n]) == "" {
-				continue
-			}
-			return fmt.Errorf("line %d: unexpected text %q inside the chip table", lineNo, excerpt(lines[n]))
-		case lineBorder:
-			if err := endBlock(lineNo); err != nil {
-				return err
-			}
-			continue
-		}
-		if isProcessHeader(cells) {
-			return endBlock(lineNo)
-		}
-		if len(cells) < 2 {
-			return fmt.Errorf("line %d: row %q has %d columns, want at least 2", lineNo, excerpt(lines[n]), len(cells))
-		}
-		if card == nil {
-			c, err := npuRow(cells, lineNo)
-			if err != nil {
-				return err
-			}
-			card = &c
-			continue
-		}
-		chip, err := p.chipRow(*card, cells, lineNo)
-		if err != nil {
-			return err
-		}
-		p.info.Chips = append(p.info.Chips, chip)
-		chipsInBlock++
-	}
-	return endBlock(len(lines))
-}
-
-func npuRow(cells []string, line int) (Chip, error) {
-	fields := strings.Fields(cells[0])
-	if len(fields) != 2 {
-		return Chip{}, fmt.Errorf("line %d: NPU row %q: want \"<NPU id> <name>\"", line, cells[0])
-	}
-	id, err := strconv.Atoi(fields[0])
-	if err != nil || id < 0 {
-		return Chip{}, fmt.Errorf("line %d: NPU id %q is not a non-negative number", line, fields[0])
-	}
-	if cells[1] == "" {
-		return Chip{}, fmt.Errorf("line %d: NPU %d has an empty Health column", line, id)
-	}
-	return Chip{NPU: id, Name: fields[1], Health: ParseHealth(cells[1]), RawHealth: cells[1], Device: -1, PhyID: -1}, nil
-}
-
-func (p *parser) chipRow(card Chip, cells []string, line int) (Chip, error) {
-	fields := strings.Fields(cells[0])
-	want := 1
-	if p.second != "" {
-		want = 2
-	}
-	if len(fields) != want {
-		return Chip{}, fmt.Errorf("line %d: chip row %q of NPU %d: want %d numbers (the header's Chip %s columns)", line, cells[0], card.NPU, want, p.second)
-	}
-	nums := make([]int, len(fields))
-	for i, f := range fields {
-		v, err := strconv.Atoi(f)
-		if err != nil || v < 0 {
-			return Chip{}, fmt.Errorf("line %d: %q in the chip row of NPU %d is not a non-negative number", line, f, card.NPU)
-		}
-		nums[i] = v
-	}
-	c := card
-	c.Chip = nums[0]
-	switch p.second {
-	case colDevice:
-		c.Device = nums[1]
-	case colPhyID:
-		c.PhyID = nums[1]
-	}
-	c.BusID = cells[1]
-	return c, nil
-}
-
-func isHeader(cells []string) bool {
-	if len(cells) < 2 {
-		return false
-	}
-	f := strings.Fields(cells[0])
-	return len(f) >= 2 && f[0] == "NPU" && f[1] == "Name" && cells[1] == "Health"
-}
-
-func isProcessHeader(cells []string) bool {
-	for _, c := range cells {
-		if strings.HasPrefix(c, "Process id") {
-			return true
-		}
-	}
-	return false
 }
 
 // version reads "npu-smi 24.1.rc2   Version: 24.1.rc2".
