@@ -165,12 +165,13 @@ func TestRBACMatchesTheCode(t *testing.T) {
 			if ruleAllows(role, "", "pods/eviction", "create") && comp != "rollout" {
 				t.Errorf("%s may evict pods: only the rollout evicts (the rebooter deletes its own node's pods)", where)
 			}
-			// The driver pod deletes pods of its own node only through
-			// Roles: the device-plugin pod of its wedged node (health-watch)
-			// and, before an install over a loaded driver, the pods of the
-			// DaemonSets it stops (driver entry), in the chart's namespace
-			// and the namespaces of rerollTargets.
-			if ruleAllows(role, "", "pods", "delete") && comp != "rollout" && comp != "rebooter" && (comp != "driver" || role.GetKind() != "Role") {
+			// The driver pod deletes pods of its own node (the node-agent
+			// policy refuses any other): the device-plugin pod of its
+			// wedged node (health-watch) and, before an install over a
+			// loaded driver, the pods of the DaemonSets it stops (driver
+			// entry), through a Role in the chart's namespace, and
+			// cluster-wide once rerollTargets names another namespace.
+			if ruleAllows(role, "", "pods", "delete") && comp != "rollout" && comp != "rebooter" && comp != "driver" {
 				t.Errorf("%s may delete pods", where)
 			}
 		}
