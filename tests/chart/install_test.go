@@ -321,6 +321,9 @@ func TestDriverMayStopPodsInEachTargetNamespace(t *testing.T) {
 				if got := roleRules(role); !slices.Equal(got, want) {
 					t.Errorf("Role %s/%s: %q, want %q", role.GetNamespace(), role.GetName(), got, want)
 				}
+				if r.findIn("RoleBinding", role.GetNamespace(), role.GetName()) == nil {
+					t.Errorf("no RoleBinding %s/%s", role.GetNamespace(), role.GetName())
+				}
 			}
 			if !slices.Equal(namespaces, tc.namespaces) {
 				t.Errorf("driver Roles in %q, want %q", namespaces, tc.namespaces)
