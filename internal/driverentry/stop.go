@@ -7,13 +7,13 @@ import (
 	"sort"
 
 	appsv1 "k8s.io/api/apps/v1"
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/openfuyao/npu-stack/internal/dstarget"
+	"github.com/openfuyao/npu-stack/internal/kube"
 )
 
 // PodStopper deletes the pods of ours that hold the chips on a node.
@@ -100,7 +100,7 @@ func (s DaemonSetPods) stopPods(ctx context.Context, ds *appsv1.DaemonSet, node 
 	var errs []error
 	for i := range list.Items {
 		p := &list.Items[i]
-		if ref := metav1.GetControllerOf(p); ref == nil || ref.UID != ds.UID || p.DeletionTimestamp != nil || !initialized(p) {
+		if ref := metav1.GetControllerOf(p); ref == nil || ref.UID != ds.UID || p.DeletionTimestamp != nil || !kube.PodInitialized(p) {
 			continue
 		}
 		uid := p.UID
@@ -115,15 +115,4 @@ func (s DaemonSetPods) stopPods(ctx context.Context, ds *appsv1.DaemonSet, node 
 		}
 	}
 	return stopped, errors.Join(errs...)
-}
-
-// initialized reports whether the pod's init containers have all
-// completed.
-func initialized(p *corev1.Pod) bool {
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodInitialized {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
 }

@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/openfuyao/npu-stack/internal/contract"
+	"github.com/openfuyao/npu-stack/internal/kube"
 )
 
 // PluginWithdrawer takes the device plugin of a wedged node out of
@@ -54,7 +55,7 @@ func (d DevicePlugin) Withdraw(ctx context.Context, node string) ([]string, erro
 	var errs []error
 	for i := range list.Items {
 		p := &list.Items[i]
-		if p.DeletionTimestamp != nil || !passedGate(p) {
+		if p.DeletionTimestamp != nil || !kube.PodInitialized(p) {
 			continue
 		}
 		uid := p.UID
@@ -69,17 +70,6 @@ func (d DevicePlugin) Withdraw(ctx context.Context, node string) ([]string, erro
 		}
 	}
 	return deleted, errors.Join(errs...)
-}
-
-// passedGate reports whether the pod's init containers (wait-for-driver
-// among them) have all completed.
-func passedGate(p *corev1.Pod) bool {
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodInitialized {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
 }
 
 // withdrawPlugin deletes the serving device-plugin pods of the wedged node.

@@ -25,3 +25,15 @@ func IsNPUPod(pod *corev1.Pod) bool {
 	}
 	return false
 }
+
+// PodInitialized reports whether the pod's init containers have all
+// completed: a pod of the chart still waiting in its wait-for-driver gate
+// is not, and holds no chip.
+func PodInitialized(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodInitialized {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
