@@ -14,7 +14,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/sirupsen/logrus"
@@ -22,6 +21,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/openfuyao/npu-stack/internal/contract"
+	"github.com/openfuyao/npu-stack/internal/drivertree"
 	"github.com/openfuyao/npu-stack/internal/host"
 	"github.com/openfuyao/npu-stack/internal/kube"
 	"github.com/openfuyao/npu-stack/internal/marker"
@@ -77,7 +77,14 @@ type Config struct {
 	// half-finished install; empty means host.DefaultDriverRoot.
 	HostDriverRoot string
 	Markers        marker.Dir
+	// Mode is the profile's install mode (drivertree.ModeRun or
+	// ModeTree); empty is ModeRun.
+	Mode string
+	// InstallCommand is the vendor installer (run mode).
 	InstallCommand []string
+	// ImageTree is the driver tree in the driver image (tree mode);
+	// empty is drivertree.DefaultImageTree.
+	ImageTree string
 	// InstallTimeout bounds one run of the installer; a hung one is
 	// stopped and reported. Zero means DefaultInstallTimeout.
 	InstallTimeout time.Duration
@@ -96,7 +103,9 @@ func (c Config) Validate() error {
 		return errors.New("--node-name is empty: set it from the downward API (spec.nodeName)")
 	case c.DriverVersion == "":
 		return errors.New("--driver-version is empty: set driver.version in the chart values")
-	case len(c.InstallCommand) == 0:
+	case c.Mode != "" && c.Mode != drivertree.ModeRun && c.Mode != drivertree.ModeTree:
+		return fmt.Errorf("--install-mode %q: want %q or %q (driver.profiles[].installMode)", c.Mode, drivertree.ModeRun, drivertree.ModeTree)
+	case !c.tree() && len(c.InstallCommand) == 0:
 		return errors.New("no vendor install command after --: set driver.installCommand in the chart values")
 	case c.InstallTimeout < 0:
 		return fmt.Errorf("--install-timeout %s must not be negative", c.InstallTimeout)
@@ -104,6 +113,24 @@ func (c Config) Validate() error {
 		return fmt.Errorf("--holder-wait %s must not be negative", c.HolderWait)
 	}
 	return c.Retry.Validate()
+}
+
+// tree is tree mode: the driver comes as an installed tree from the image.
+func (c Config) tree() bool { return c.Mode == drivertree.ModeTree }
+
+func (c Config) imageTree() string {
+	if c.ImageTree == "" {
+		return drivertree.DefaultImageTree
+	}
+	return c.ImageTree
+}
+
+// installer names what installs the driver, for messages.
+func (c Config) installer() string {
+	if c.tree() {
+		return "the copy of the driver tree " + c.imageTree()
+	}
+	return "the installer " + c.InstallCommand[0]
 }
 
 func (c Config) installTimeout() time.Duration {
@@ -174,6 +201,15 @@ func Prepare(ctx context.Context, cfg Config, d Deps) (Plan, error) {
 	if err != nil {
 		return Plan{}, fmt.Errorf("node %s: %w", cfg.NodeName, err)
 	}
+	node, err := d.Nodes.Get(ctx, cfg.NodeName)
+	if err != nil {
+		return Plan{}, err
+	}
+	if cfg.tree() && !state.Half {
+		if err := loadInstalled(ctx, cfg, d, node, log); err != nil {
+			return Plan{}, err
+		}
+	}
 	loaded, err := loadedThisBoot(ctx, cfg, d, state)
 	if err != nil {
 		return Plan{}, fmt.Errorf("node %s: read the loaded driver version: %w", cfg.NodeName, err)
@@ -184,10 +220,6 @@ func Prepare(ctx context.Context, cfg Config, d Deps) (Plan, error) {
 		return plan, fmt.Errorf("node %s: %w", cfg.NodeName, err)
 	} else if ok && !plan.Install {
 		plan.Installed = staged
-	}
-	node, err := d.Nodes.Get(ctx, cfg.NodeName)
-	if err != nil {
-		return plan, err
 	}
 	if state.Half {
 		// Before anything else: npu-smi, the device plugin and the next
@@ -202,7 +234,7 @@ func Prepare(ctx context.Context, cfg Config, d Deps) (Plan, error) {
 		}
 	}
 	if plan.Install {
-		log.WithField("command", strings.Join(cfg.InstallCommand, " ")).Info("no driver loaded: installing")
+		log.WithField("by", cfg.installer()).Info("no driver loaded: installing")
 		if err := installFresh(ctx, cfg, d, node); err != nil {
 			return plan, err
 		}

@@ -70,7 +70,7 @@ func installOver(ctx context.Context, cfg Config, d Deps, node *corev1.Node, why
 			Msg: fmt.Sprintf("node %s: driver %s is not installed yet: the davinci device nodes are still held after the driver pod stopped the device plugin, exporter and re-roll targets, and the vendor installer refuses to install while they are: %s; stop them (drain the pod, or end the process)",
 				cfg.NodeName, cfg.DriverVersion, strings.Join(names, "; "))}
 	}
-	log.WithField("command", strings.Join(cfg.InstallCommand, " ")).Info("nothing holds the chips: installing over the loaded driver")
+	log.WithField("by", cfg.installer()).Info("nothing holds the chips: installing over the loaded driver")
 	if err := runInstaller(ctx, cfg, d); err != nil {
 		return d.installFailed(ctx, cfg, node, err, notRebooted)
 	}
@@ -185,8 +185,8 @@ func runInstaller(ctx context.Context, cfg Config, d Deps) error {
 	defer stopped()
 	err := install(ictx, cfg, d)
 	if errors.Is(ictx.Err(), context.DeadlineExceeded) {
-		return fmt.Errorf("the installer %s did not finish within %s (driver.installTimeoutSeconds) and was stopped; the tree it left is repaired by the next try: %w",
-			cfg.InstallCommand[0], cfg.installTimeout(), err)
+		return fmt.Errorf("%s did not finish within %s (driver.installTimeoutSeconds) and was stopped; the tree it left is repaired by the next try: %w",
+			cfg.installer(), cfg.installTimeout(), err)
 	}
 	return err
 }
@@ -196,7 +196,11 @@ func runInstaller(ctx context.Context, cfg Config, d Deps) error {
 // loaded driver (the one just loaded on a fresh boot, or the old modules
 // still loaded after an install over them).
 func install(ctx context.Context, cfg Config, d Deps) error {
-	if err := d.Host.InstallDriver(ctx, cfg.DriverVersion, cfg.InstallCommand); err != nil {
+	if cfg.tree() {
+		if err := installTree(ctx, cfg, d); err != nil {
+			return err
+		}
+	} else if err := d.Host.InstallDriver(ctx, cfg.DriverVersion, cfg.InstallCommand); err != nil {
 		return fmt.Errorf("install with %q: %w", strings.Join(cfg.InstallCommand, " "), err)
 	}
 	now, err := d.Host.LoadedDriver(ctx)

@@ -16,7 +16,6 @@ package driverentry
 import (
 	"context"
 	"fmt"
-	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -72,7 +71,7 @@ func stage(ctx context.Context, cfg Config, d Deps) error {
 	if err != nil {
 		return err
 	}
-	log.WithField("command", strings.Join(cfg.InstallCommand, " ")).Info("the rollout drained this node for its reboot: installing the desired driver over the loaded one; the reboot loads it")
+	log.WithField("by", cfg.installer()).Info("the rollout drained this node for its reboot: installing the desired driver over the loaded one; the reboot loads it")
 	return retry(ctx, cfg, d, func() error {
 		// A retry waits again for the rollout's request: a node that
 		// left reboot-required meanwhile (its upgrade failed, was paused or

@@ -73,3 +73,10 @@ func Required(mode, installer, imageTree string) ([]string, error) {
 	}
 	return nil, fmt.Errorf("install mode %q: want %q or %q", mode, ModeRun, ModeTree)
 }
+
+// ModuleListVar is the shell variable of SpecificFunc listing the normal
+// install mode's modules in the order upstream unloads them: dependents
+// first, drv_seclib_host (the library every module uses) last
+// (device_hot_reset.sh remove_all_ko rmmods ${mode_normal//|/ } in order,
+// drv_seclib_host at the end). Loading is the reverse.
+const ModuleListVar = "mode_normal"

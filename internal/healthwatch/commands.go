@@ -26,6 +26,7 @@ import (
 	"github.com/openfuyao/npu-stack/internal/cli"
 	"github.com/openfuyao/npu-stack/internal/contract"
 	"github.com/openfuyao/npu-stack/internal/driverentry"
+	"github.com/openfuyao/npu-stack/internal/drivertree"
 	"github.com/openfuyao/npu-stack/internal/dstarget"
 	"github.com/openfuyao/npu-stack/internal/health"
 	"github.com/openfuyao/npu-stack/internal/host"
@@ -186,6 +187,8 @@ func (s *shared) driverEntry() *cobra.Command {
 	f.StringVar(&version, "driver-version", "", "desired driver version")
 	f.StringVar(&root, "driver-root", host.DefaultDriverRoot, "host directory of the driver tree (driver.hostDriverPath or the profile's hostDriverPath)")
 	f.StringVar(&markers, "marker-dir", "/run/npu-stack", "host directory of the readiness markers")
+	f.StringVar(&cfg.Mode, "install-mode", drivertree.ModeRun, "run: run the vendor .run given after -- chrooted into the host; tree: copy the driver image's installed tree (--image-tree) into --driver-root and load its modules at every boot, for read-only roots such as KubeOS (driver.profiles[].installMode)")
+	f.StringVar(&cfg.ImageTree, "image-tree", drivertree.DefaultImageTree, "tree mode: the installed driver tree inside the driver image (driver.imageTreePath)")
 	f.DurationVar(&cfg.InstallTimeout, "install-timeout", driverentry.DefaultInstallTimeout, "stop an installer still running after this long and report it (driver.installTimeoutSeconds); SIGTERM never stops one sooner")
 	f.DurationVar(&cfg.Retry.Initial, "retry-backoff", driverentry.DefaultBackoff.Initial, "wait before the first retry of a blocked or failed install; doubles at each retry")
 	f.DurationVar(&cfg.Retry.Max, "retry-backoff-max", driverentry.DefaultBackoff.Max, "longest wait between two retries of a blocked or failed install")

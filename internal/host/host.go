@@ -69,6 +69,20 @@ type Host interface {
 	Path(hostPath string) string
 }
 
+// TreeHost is a host whose driver comes as an installed tree from the
+// driver image (drivertree.ModeTree): read-only roots such as KubeOS.
+type TreeHost interface {
+	// InstalledTree is the version of the driver tree on disk, "" when
+	// none is installed.
+	InstalledTree() (string, error)
+	// InstallTree replaces the driver tree with imageTree, whole or not
+	// at all; it loads nothing.
+	InstallTree(ctx context.Context, version, imageTree string) error
+	// LoadTree loads the installed tree's modules; it returns those it
+	// loaded and the optional ones that failed, with the reason.
+	LoadTree(ctx context.Context) (loaded, skipped []string, err error)
+}
+
 // ExitError is a host command that ran and exited non-zero.
 type ExitError struct {
 	Command string
