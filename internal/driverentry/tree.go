@@ -43,9 +43,17 @@ func loadInstalled(ctx context.Context, cfg Config, d Deps, node *corev1.Node, l
 	if err != nil {
 		return err
 	}
-	installed, err := th.InstalledTree()
+	installed, whole, err := th.InstalledTree()
 	if err != nil || installed == "" {
 		return err
+	}
+	if !whole {
+		// Left by a .run install or cut short: nothing to load; the fresh
+		// install that follows replaces it with the desired version.
+		log.WithField("installed", installed).Warn("the driver tree on disk is not a whole tree-mode tree: installing the desired version over it")
+		d.Events.Node(node, true, contract.EventDriverInstallRepair, "node %s: the driver tree in %s (version %s) lacks what tree mode loads (script/specific_func.inc, host/*.ko, tools/npu-smi): installing driver %s over it",
+			cfg.NodeName, cfg.hostDriverRoot(), installed, cfg.DriverVersion)
+		return nil
 	}
 	log.WithField("installed", installed).Info("no driver loaded: loading the driver tree installed on this node")
 	if err := loadTree(ctx, cfg, d, th, log); err != nil {

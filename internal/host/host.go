@@ -73,8 +73,9 @@ type Host interface {
 // driver image (drivertree.ModeTree): read-only roots such as KubeOS.
 type TreeHost interface {
 	// InstalledTree is the version of the driver tree on disk, "" when
-	// none is installed.
-	InstalledTree() (string, error)
+	// none is installed, and whether the tree is whole (holds what tree
+	// mode loads).
+	InstalledTree() (version string, whole bool, err error)
 	// InstallTree replaces the driver tree with imageTree, whole or not
 	// at all; it loads nothing.
 	InstallTree(ctx context.Context, version, imageTree string) error

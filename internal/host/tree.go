@@ -31,22 +31,33 @@ var InsmodPaths = []string{"/usr/sbin/insmod", "/sbin/insmod", "/usr/bin/insmod"
 const stagingSuffix = ".npu-stack-new"
 
 // InstalledTree is the Version= of the driver tree's version.info, ""
-// when no tree is installed. A tree whose version.info is unreadable is
-// an error (ReadInstallState calls it half-installed).
-func (l *Linux) InstalledTree() (string, error) {
-	file := filepath.Join(l.driverRoot(), VersionFile)
+// when no tree is installed, and whether the tree holds what tree mode
+// loads (drivertree.Required): one left by a .run install or cut short
+// does not.
+func (l *Linux) InstalledTree() (string, bool, error) {
+	root := l.driverRoot()
+	file := filepath.Join(root, VersionFile)
 	b, err := os.ReadFile(l.Path(file))
 	if errors.Is(err, fs.ErrNotExist) {
-		return "", nil
+		return "", false, nil
 	}
 	if err != nil {
-		return "", fmt.Errorf("read %s: %w", file, err)
+		return "", false, fmt.Errorf("read %s: %w", file, err)
 	}
 	v, err := ParseVersionInfo(b)
 	if err != nil {
-		return "", fmt.Errorf("%s: %w", file, err)
+		return "", false, fmt.Errorf("%s: %w", file, err)
 	}
-	return v, nil
+	need, err := drivertree.Required(drivertree.ModeTree, "", root)
+	if err != nil {
+		return v, false, err
+	}
+	for _, p := range need {
+		if _, err := os.Stat(l.Path(p)); err != nil {
+			return v, false, nil
+		}
+	}
+	return v, true, nil
 }
 
 // InstallTree installs the driver tree imageTree (a path in this

@@ -46,6 +46,16 @@ type installBed struct {
 	generations map[string]int64
 	// since is when the current step asked for the reboot.
 	since time.Time
+	// root is the node's driver tree (the profile's hostDriverPath);
+	// empty is host.DefaultDriverRoot.
+	root string
+}
+
+func (b *installBed) driverRoot() string {
+	if b.root == "" {
+		return host.DefaultDriverRoot
+	}
+	return b.root
 }
 
 // TestRealNodeDriverInstallFreesTheChips upgrades a real node's driver
@@ -325,7 +335,7 @@ func (b *installBed) waitUpgraded(ctx context.Context, target string, boots int)
 		t.Fatalf("node %s booted %d times for one upgrade; want exactly one reboot", b.node.Name(), n-boots)
 	}
 	b.checkHalfInstalled(false)
-	info, err := os.ReadFile(b.node.Path("/usr/local/Ascend/driver/version.info"))
+	info, err := os.ReadFile(b.node.Path(b.driverRoot() + "/version.info"))
 	if err != nil || !strings.HasPrefix(string(info), "Version="+target+"\n") {
 		t.Fatalf("version.info on %s: %v %q; want %s", b.node.Name(), err, info, target)
 	}
@@ -352,7 +362,7 @@ func (b *installBed) pause(t *testing.T) *standin.InstallerPause {
 // checkHalfInstalled judges the node's tree as the driver pod does.
 func (b *installBed) checkHalfInstalled(want bool) {
 	b.t.Helper()
-	st, err := host.ReadInstallState(b.node.Path, host.DefaultDriverRoot)
+	st, err := host.ReadInstallState(b.node.Path, b.driverRoot())
 	if err != nil || st.Half != want {
 		b.t.Fatalf("driver tree on %s: %+v, %v; want half-installed=%v", b.node.Name(), st, err, want)
 	}
@@ -364,9 +374,7 @@ func (b *installBed) checkHalfInstalled(want bool) {
 func (b *installBed) waitEvent(ctx context.Context, reason, substr string) *corev1.Event {
 	b.t.Helper()
 	var found, failed *corev1.Event
-	lw := cache.NewListWatchFromClient(env.Client.CoreV1().RESTClient(), "events", "",
-		fields.Set{"involvedObject.kind": "Node", "involvedObject.name": b.node.Name()}.AsSelector())
-	err := testbed.WaitFor(ctx, lw, &corev1.Event{}, func(evs []*corev1.Event) (bool, error) {
+	err := testbed.WaitFor(ctx, eventsLW(b.node.Name()), &corev1.Event{}, func(evs []*corev1.Event) (bool, error) {
 		for _, e := range evs {
 			switch {
 			case e.Reason == reason && strings.Contains(e.Message, substr):
@@ -386,6 +394,12 @@ func (b *installBed) waitEvent(ctx context.Context, reason, substr string) *core
 		b.t.Fatalf("waiting for %s on node %s, the install failed: %s", reason, b.node.Name(), failed.Message)
 	}
 	return found
+}
+
+// eventsLW lists and watches the Events of node.
+func eventsLW(node string) *cache.ListWatch {
+	return cache.NewListWatchFromClient(env.Client.CoreV1().RESTClient(), "events", "",
+		fields.Set{"involvedObject.kind": "Node", "involvedObject.name": node}.AsSelector())
 }
 
 func (b *installBed) driverPod(ctx context.Context) *corev1.Pod {

@@ -54,6 +54,10 @@ type RealNodeOptions struct {
 	// on its disk load (realnode.Config.FirstBoot): install a driver
 	// there for a "driver preinstalled" node.
 	FirstBoot func(ctx context.Context, n *realnode.Node) error
+	// ReadOnlyRoot gives the node KubeOS's read-only root, with Insmod
+	// (the stand-in kit's) as its /usr/sbin/insmod (realnode.Config).
+	ReadOnlyRoot bool
+	Insmod       string
 }
 
 // realNodeKit is what every real node of an Env shares, made on the
@@ -73,6 +77,10 @@ func (e *Env) AddRealNode(ctx context.Context, spec NodeSpec, opts ...RealNodeOp
 	for _, o := range opts {
 		if o.FirstBoot != nil {
 			opt.FirstBoot = o.FirstBoot
+		}
+		opt.ReadOnlyRoot = opt.ReadOnlyRoot || o.ReadOnlyRoot
+		if o.Insmod != "" {
+			opt.Insmod = o.Insmod
 		}
 	}
 	kernel, err := realnode.MachineKernel()
@@ -120,12 +128,14 @@ func (e *Env) AddRealNode(ctx context.Context, spec NodeSpec, opts ...RealNodeOp
 		Registry:     e.Registry.Host,
 		SandboxImage: kit.sandboxImage,
 		// 10.245.0.0/16: apart from KWOK's fake pod IPs (10.244.0.0/16).
-		PodCIDR:     fmt.Sprintf("10.245.%d.0/24", podNet%256),
-		Labels:      labels,
-		RuncWrapper: kit.runcWrapper,
-		Chip:        chip,
-		ChipCount:   chipCount,
-		FirstBoot:   opt.FirstBoot,
+		PodCIDR:      fmt.Sprintf("10.245.%d.0/24", podNet%256),
+		Labels:       labels,
+		RuncWrapper:  kit.runcWrapper,
+		Chip:         chip,
+		ChipCount:    chipCount,
+		FirstBoot:    opt.FirstBoot,
+		ReadOnlyRoot: opt.ReadOnlyRoot,
+		Insmod:       opt.Insmod,
 	})
 	if err != nil {
 		return nil, err

@@ -80,6 +80,14 @@ type Config struct {
 	// to install a driver beforehand ("driver preinstalled" nodes), with
 	// the node's root at n.Path("/") and n.Command to run in it.
 	FirstBoot func(ctx context.Context, n *Node) error
+	// ReadOnlyRoot makes the node's root read-only apart from /var, /etc,
+	// /run and /tmp, as KubeOS mounts it (openeuler-mirror/KubeOS
+	// files/*.mount: / read-only, /var a bind mount of /persist/var, /etc
+	// an overlay): /usr, /lib/modules and /lib are read-only. Insmod is
+	// then the node's /usr/sbin/insmod (a read-only root has no other way
+	// to load modules: modprobe reads only /lib/modules).
+	ReadOnlyRoot bool
+	Insmod       string
 }
 
 // Node is a running real node.

@@ -42,15 +42,25 @@ func (n *Node) rootPlan() (noderoot.Plan, error) {
 		return noderoot.Mount{Source: "overlay", Target: "/" + dir, Type: "overlay", Data: fmt.Sprintf(
 			"lowerdir=/%s,upperdir=%s,workdir=%s", dir, filepath.Join(d, dirUpper, dir), filepath.Join(d, dirWork, dir))}
 	}
+	usr := overlay("usr")
+	if n.cfg.ReadOnlyRoot {
+		// The stand-in insmod is part of the read-only image, as kmod's
+		// is part of KubeOS's.
+		if err := installInsmod(n.cfg.Insmod, filepath.Join(d, dirUpper, "usr", "sbin", "insmod")); err != nil {
+			return noderoot.Plan{}, fmt.Errorf("node %s: %w", n.cfg.Name, err)
+		}
+		usr.ReadOnly = true
+	}
 	tmpfs := func(target, mode string) noderoot.Mount {
 		return noderoot.Mount{Source: "tmpfs", Target: target, Type: "tmpfs", Data: "mode=" + mode}
 	}
 	p := noderoot.Plan{
-		Root:       filepath.Join(d, dirRoot),
-		Hostname:   n.cfg.Name,
-		BootIDFile: nodepaths.BootIDFile,
+		Root:         filepath.Join(d, dirRoot),
+		Hostname:     n.cfg.Name,
+		BootIDFile:   nodepaths.BootIDFile,
+		ReadOnlyRoot: n.cfg.ReadOnlyRoot,
 		Mounts: []noderoot.Mount{
-			overlay("usr"),
+			usr,
 			overlay("etc"),
 			{Source: filepath.Join(d, dirVar), Target: "/var"},
 			tmpfs("/run", "755"),
@@ -115,4 +125,19 @@ func (n *Node) rootPlan() (noderoot.Plan, error) {
 		}
 	}
 	return p, nil
+}
+
+// installInsmod copies the stand-in insmod into the node's /usr.
+func installInsmod(src, dst string) error {
+	if src == "" {
+		return errors.New("a read-only root needs the stand-in insmod (Config.Insmod)")
+	}
+	b, err := os.ReadFile(src)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(dst, b, 0o755)
 }

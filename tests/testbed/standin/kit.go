@@ -17,6 +17,7 @@ type Kit struct {
 	first       *UserSpace
 	pluginBin   string
 	exporterBin string
+	insmodBin   string
 }
 
 // BuildKit builds the stand-ins of driver version for models into dir;
@@ -26,7 +27,8 @@ func BuildKit(ctx context.Context, repoRoot, dir, version string, models ...stri
 		return nil, fmt.Errorf("stand-in kit: no chip model given")
 	}
 	k := &Kit{Version: version, spaces: map[string]*UserSpace{},
-		pluginBin: filepath.Join(dir, "bin", "device-plugin"), exporterBin: filepath.Join(dir, "bin", "npu-exporter")}
+		pluginBin: filepath.Join(dir, "bin", "device-plugin"), exporterBin: filepath.Join(dir, "bin", "npu-exporter"),
+		insmodBin: filepath.Join(dir, "bin", "insmod")}
 	for _, m := range models {
 		u, err := BuildUserSpace(ctx, filepath.Join(dir, "driver-"+m), version, m)
 		if err != nil {
@@ -37,7 +39,8 @@ func BuildKit(ctx context.Context, repoRoot, dir, version string, models ...stri
 			k.first = u
 		}
 	}
-	for bin, pkg := range map[string]string{k.pluginBin: "./tests/testbed/standin/cmd/device-plugin", k.exporterBin: "./tests/testbed/standin/cmd/npu-exporter"} {
+	for bin, pkg := range map[string]string{k.pluginBin: "./tests/testbed/standin/cmd/device-plugin", k.exporterBin: "./tests/testbed/standin/cmd/npu-exporter",
+		k.insmodBin: "./tests/testbed/standin/cmd/insmod"} {
 		if err := BuildGo(ctx, repoRoot, pkg, bin); err != nil {
 			return nil, err
 		}
@@ -70,3 +73,16 @@ func (k *Kit) DevicePluginImage() (v1.ImageIndex, error) {
 
 // ExporterImage is the exporter image (ExporterImage).
 func (k *Kit) ExporterImage() (v1.ImageIndex, error) { return k.first.ExporterImage(k.exporterBin) }
+
+// Insmod is the built stand-in insmod, for nodes with a read-only root.
+func (k *Kit) Insmod() string { return k.insmodBin }
+
+// DriverTreeImage is the tree-mode driver image of model for kernel
+// (UserSpace.DriverTreeImage).
+func (k *Kit) DriverTreeImage(model, kernel string, override map[string][]byte) (v1.ImageIndex, error) {
+	u, err := k.UserSpace(model)
+	if err != nil {
+		return nil, err
+	}
+	return u.DriverTreeImage(kernel, override)
+}

@@ -26,7 +26,7 @@ type Mount struct {
 	Type string `json:"type,omitempty"`
 	// Data are the file system's options (overlay's lowerdir=...).
 	Data string `json:"data,omitempty"`
-	// ReadOnly remounts a bind mount read-only.
+	// ReadOnly mounts it read-only (a bind mount is remounted so).
 	ReadOnly bool `json:"readOnly,omitempty"`
 	// Recursive binds the submounts too (/sys with its cgroup mounts).
 	Recursive bool `json:"recursive,omitempty"`
@@ -45,6 +45,10 @@ type Plan struct {
 	Hostname string    `json:"hostname"`
 	Mounts   []Mount   `json:"mounts"`
 	Symlinks []Symlink `json:"symlinks"`
+	// ReadOnlyRoot makes the root itself read-only once everything is
+	// mounted on it, as KubeOS mounts / (openeuler-mirror/KubeOS
+	// files/*.mount): only the mounts that are writable stay so.
+	ReadOnlyRoot bool `json:"readOnlyRoot,omitempty"`
 	// BootIDFile, a path in the node's root, is bound read-only over
 	// /proc/sys/kernel/random/boot_id once the node's /proc is mounted:
 	// the kernel has one boot ID per machine, and each node needs its own
@@ -128,7 +132,11 @@ func (p Plan) mount(m Mount) error {
 		return err
 	}
 	if m.Type != "" {
-		if err := unix.Mount(m.Source, target, m.Type, 0, m.Data); err != nil {
+		var flags uintptr
+		if m.ReadOnly {
+			flags = unix.MS_RDONLY
+		}
+		if err := unix.Mount(m.Source, target, m.Type, flags, m.Data); err != nil {
 			return fmt.Errorf("mount %s (%s) at %s: %w", m.Source, m.Type, m.Target, err)
 		}
 		return nil
@@ -208,6 +216,11 @@ func (p Plan) pivot() error {
 		}
 		if err := unix.Mount(g.Source, g.Target, "", unix.MS_BIND, ""); err != nil {
 			return fmt.Errorf("guard %s with %s: %w", g.Target, g.Source, err)
+		}
+	}
+	if p.ReadOnlyRoot {
+		if err := unix.Mount("", "/", "", unix.MS_REMOUNT|unix.MS_RDONLY, ""); err != nil {
+			return fmt.Errorf("make the node root read-only: %w", err)
 		}
 	}
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_SHARED, ""); err != nil {
