@@ -208,7 +208,9 @@ func (n *Node) boot(ctx context.Context, first bool) error {
 	if err := n.writeNodeFiles(n.Path("/etc")); err != nil {
 		return err
 	}
-	if err := os.MkdirAll(n.Path(n.ModulesDir()), 0o755); err != nil {
+	// A read-only root keeps no modules under /lib/modules: its driver
+	// pod loads them.
+	if err := os.MkdirAll(n.Path(n.ModulesDir()), 0o755); err != nil && !cfg.ReadOnlyRoot {
 		return fmt.Errorf("node %s: %w", cfg.Name, err)
 	}
 	if first && cfg.FirstBoot != nil {
