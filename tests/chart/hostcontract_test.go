@@ -225,6 +225,7 @@ func TestVendorContainersStartAsUpstream(t *testing.T) {
 					{"/etc/localtime", "/etc/localtime", true},
 				})
 				checkUpstreamSecurity(t, dp.GetName(), c)
+				checkMemoryLimit(t, dp.GetName(), c, "500Mi")
 
 				ex := r.find("DaemonSet", "npu-stack-exporter"+suffix)
 				if ex == nil {
@@ -251,6 +252,7 @@ func TestVendorContainersStartAsUpstream(t *testing.T) {
 				}
 				checkMounts(t, ex, e, want)
 				checkUpstreamSecurity(t, ex.GetName(), e)
+				checkMemoryLimit(t, ex.GetName(), e, "1000Mi")
 				if podSpec(t, ex)["automountServiceAccountToken"] != false {
 					t.Errorf("%s mounts a service account token; the exporter never calls the API", ex.GetName())
 				}
@@ -288,6 +290,17 @@ func checkMounts(t *testing.T, o *unstructured.Unstructured, c map[string]any, w
 		if m.hostPath != w.hostPath || m.readOnly != w.readOnly {
 			t.Errorf("%s container %s: %s is host path %q read-only %v, want %q read-only %v", o.GetName(), c["name"], w.path, m.hostPath, m.readOnly, w.hostPath, w.readOnly)
 		}
+	}
+}
+
+// checkMemoryLimit: the vendor binaries get upstream's memory limit
+// (MindCluster v7.3.0 ascendplugin-910.yaml 500Mi, npu-exporter.yaml
+// 1000Mi), not a smaller one of our own.
+func checkMemoryLimit(t *testing.T, where string, c map[string]any, want string) {
+	t.Helper()
+	got, _, _ := unstructured.NestedString(c, "resources", "limits", "memory")
+	if got != want {
+		t.Errorf("%s: memory limit %q, want upstream's %s", where, got, want)
 	}
 }
 
