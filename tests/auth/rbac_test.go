@@ -51,9 +51,11 @@ var allowlist = map[string][]string{
 	// and patches its Node and the node status, watches and patches the
 	// pods of its node, watches the reset ConfigMaps and updates the
 	// reset/fault ConfigMaps of the jobs' namespaces; creates in
-	// kube-system only (kubeSystemAllowlist).
+	// kube-system only (kubeSystemAllowlist); GETs its kubelet's /pods
+	// (getPodsByKltPort), which a 1.33+ kubelet authorizes as get
+	// nodes/pods (the control plane here is 1.37: no nodes/proxy).
 	"device-plugin": {
-		"get nodes", "patch nodes", "patch nodes/status",
+		"get nodes", "patch nodes", "patch nodes/status", "get nodes/pods",
 		"get pods", "list pods", "watch pods", "patch pods",
 		"get configmaps", "list configmaps", "watch configmaps", "update configmaps",
 	},

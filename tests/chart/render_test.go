@@ -34,6 +34,9 @@ func loadChart(t *testing.T) *chart.Chart {
 
 type renderOpts struct {
 	apiVersions []string
+	// kubeVersion is the cluster's version ("v1.32.0"); default v1.37.1,
+	// the test bed's.
+	kubeVersion string
 }
 
 // render renders the chart like `helm install --dry-run` (client only),
@@ -44,6 +47,13 @@ func render(t *testing.T, vals map[string]any, opts renderOpts) (*rendered, erro
 	inst.DryRun, inst.ClientOnly, inst.Replace = true, true, true
 	inst.ReleaseName, inst.Namespace = "npu-stack", "npu-operator"
 	inst.KubeVersion = &chartutil.KubeVersion{Version: "v1.37.1", Major: "1", Minor: "37"}
+	if opts.kubeVersion != "" {
+		kv, err := chartutil.ParseKubeVersion(opts.kubeVersion)
+		if err != nil {
+			return nil, err
+		}
+		inst.KubeVersion = kv
+	}
 	inst.APIVersions = append(chartutil.VersionSet{}, opts.apiVersions...)
 	rel, err := inst.RunWithContext(context.Background(), loadChart(t), vals)
 	if err != nil {
