@@ -183,7 +183,8 @@ type upstreamMount struct {
 
 // The vendor device plugin and exporter start as upstream starts them: the
 // device-plugin image has no ENTRYPOINT and the exporter's CMD takes no
-// arguments, so each gets its binary as command; they get upstream's
+// arguments, so each gets its binary as command, under upstream's umask
+// 027 (umaskCommand); they get upstream's
 // mounts (the driver at /usr/local/Ascend/driver inside the container,
 // whatever the host path), env and security context.
 func TestVendorContainersStartAsUpstream(t *testing.T) {
@@ -206,8 +207,8 @@ func TestVendorContainersStartAsUpstream(t *testing.T) {
 					t.Fatalf("no DaemonSet npu-stack-device-plugin%s (have %v)", suffix, r.names("DaemonSet"))
 				}
 				c := containers(t, dp, "containers")["device-plugin"]
-				if cmd := strs(c["command"]); !slices.Equal(cmd, []string{"/usr/local/bin/device-plugin"}) {
-					t.Errorf("%s: device plugin command %q, want its binary (the image has no ENTRYPOINT)", dp.GetName(), cmd)
+				if cmd := strs(c["command"]); !slices.Equal(cmd, umaskCommand("/usr/local/bin/device-plugin")) {
+					t.Errorf("%s: device plugin command %q, want its binary (the image has no ENTRYPOINT) under umask 027", dp.GetName(), cmd)
 				}
 				if args := strs(c["args"]); !hasArg(args, "-logFile=/var/log/mindx-dl/devicePlugin/devicePlugin.log") || !hasArg(args, "-logLevel=0") {
 					t.Errorf("%s: device plugin args %q lack upstream's -logFile and -logLevel", dp.GetName(), args)
@@ -232,8 +233,8 @@ func TestVendorContainersStartAsUpstream(t *testing.T) {
 					t.Fatalf("no DaemonSet npu-stack-exporter%s (have %v)", suffix, r.names("DaemonSet"))
 				}
 				e := containers(t, ex, "containers")["exporter"]
-				if cmd := strs(e["command"]); !slices.Equal(cmd, []string{"/usr/local/bin/npu-exporter"}) {
-					t.Errorf("%s: exporter command %q, want its binary (the image's CMD takes no arguments)", ex.GetName(), cmd)
+				if cmd := strs(e["command"]); !slices.Equal(cmd, umaskCommand("/usr/local/bin/npu-exporter")) {
+					t.Errorf("%s: exporter command %q, want its binary (the image's CMD takes no arguments) under umask 027", ex.GetName(), cmd)
 				}
 				for _, a := range []string{"-port=8082", "-ip=0.0.0.0", "-containerMode=containerd", "-logFile=/var/log/mindx-dl/npu-exporter/npu-exporter.log", "-updateTime=5"} {
 					if !hasArg(strs(e["args"]), a) {
@@ -259,6 +260,15 @@ func TestVendorContainersStartAsUpstream(t *testing.T) {
 			}
 		})
 	}
+}
+
+// umaskCommand runs binary, with the container's args, as upstream
+// does under umask 027 (MindCluster v7.3.0 npu-exporter.yaml `umask
+// 027;npu-exporter ...`; the Dockerfiles' /etc/profile): the vendor
+// image's bash sets the umask and execs it with the args as "$@", which
+// no shell parses. tests/realnode reads the running processes' umask.
+func umaskCommand(binary string) []string {
+	return []string{"/bin/bash", "-c", `umask 027; exec "$0" "$@"`, binary}
 }
 
 func checkEnv(t *testing.T, where string, c map[string]any, name, field string) {

@@ -3,6 +3,7 @@ package realnode_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -39,7 +40,8 @@ const standinVersion = "25.5.0"
 // securityContext as written) registers with each kubelet: allocatable
 // huawei.com/Ascend910 on the 910B node and huawei.com/Ascend310P on the
 // 310P node are the chip counts, and the 910B node's drops by one when
-// npu-smi reports a chip Critical, which the exporter reports too. It then
+// npu-smi reports a chip Critical, which the exporter reports too; the
+// device plugin's and exporter's processes run under umask 027. It then
 // runs the node's npu-smi in a container that lacks the driver's
 // libraries, which fails with the loader's error (finding 2 of the host
 // contract issue, on a real node).
@@ -161,6 +163,10 @@ func TestRealNodeStandInDevicePlugin(t *testing.T) {
 	testbed.WaitNode(ctx, t, env.Client, node.Name(), fmt.Sprintf("allocatable %s = %d after chip 1 went Critical", resource, chips-1), allocatable(resource, chips-1))
 
 	checkExporter(ctx, t, ns, node, "910B3", map[int]int{0: 1, 1: 0})
+	for _, f := range fleet {
+		checkVendorProcess(ctx, t, f.node, "device-plugin", "device-plugin")
+	}
+	checkVendorProcess(ctx, t, node, "exporter", "npu-exporter")
 	checkWorkload(ctx, t, ns, node, images["device-plugin"])
 	checkLoaderError(ctx, t, ns, node, images["device-plugin"])
 	t.Logf("test wall time %s", time.Since(start).Round(time.Second))
@@ -372,6 +378,44 @@ func checkWorkload(ctx context.Context, t *testing.T, ns string, node *realnode.
 	info, err := npusmi.Parse([]byte("+" + table))
 	if err != nil || len(info.Chips) != 1 || info.Version != standinVersion {
 		t.Errorf("npu-smi info in the workload: %v, chips %+v, version %q\n%s", err, info.Chips, info.Version, table)
+	}
+}
+
+// checkVendorProcess reads /proc/<pid>/status on node of the running
+// container's process (its PID from crictl inspect): the vendor binary
+// itself (the chart's bash exec'd it: status Name is the binary's) under
+// upstream's umask 027 (MindCluster v7.3.0 npu-exporter.yaml `umask
+// 027;npu-exporter ...`; the images' /etc/profile), not the runtime's 0022.
+func checkVendorProcess(ctx context.Context, t *testing.T, node *realnode.Node, container, binary string) {
+	t.Helper()
+	id, err := node.Crictl(ctx, "ps", "-q", "--name", "^"+container+"$")
+	if err != nil || len(strings.Fields(string(id))) != 1 {
+		t.Fatalf("container %s on %s: %q, %v", container, node.Name(), id, err)
+	}
+	out, err := node.Crictl(ctx, "inspect", strings.TrimSpace(string(id)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var inspect struct {
+		Info struct {
+			Pid int `json:"pid"`
+		} `json:"info"`
+	}
+	if err := json.Unmarshal(out, &inspect); err != nil || inspect.Info.Pid <= 0 {
+		t.Fatalf("crictl inspect %s on %s: pid %d, %v", container, node.Name(), inspect.Info.Pid, err)
+	}
+	status, err := node.Command(ctx, "cat", fmt.Sprintf("/proc/%d/status", inspect.Info.Pid)).Output()
+	if err != nil {
+		t.Fatalf("status of %s (PID %d) on %s: %v", container, inspect.Info.Pid, node.Name(), err)
+	}
+	fields := map[string]string{}
+	for _, l := range strings.Split(string(status), "\n") {
+		if k, v, ok := strings.Cut(l, ":"); ok {
+			fields[k] = strings.TrimSpace(v)
+		}
+	}
+	if fields["Name"] != binary || fields["Umask"] != "0027" {
+		t.Errorf("container %s on %s runs %q with umask %q, want %s with upstream's 0027", container, node.Name(), fields["Name"], fields["Umask"], binary)
 	}
 }
 

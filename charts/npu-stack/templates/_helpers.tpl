@@ -435,3 +435,15 @@ podFailurePolicy:
         operator: In
         values: [2]
 {{- end }}
+
+{{/*
+The command of a vendor binary (the argument) in its vendor image, under
+upstream's umask 027 (MindCluster v7.3.0 npu-exporter.yaml: `umask
+027;npu-exporter ...` under /bin/bash -c; the images' Dockerfiles put
+umask 027 in /etc/profile): the image's bash sets the umask and execs the
+binary, which keeps the container's PID and signals; the container's args
+follow as "$@", never parsed by the shell.
+*/}}
+{{- define "npu-stack.umaskCommand" -}}
+{{ list "/bin/bash" "-c" "umask 027; exec \"$0\" \"$@\"" . | toJson }}
+{{- end }}
