@@ -39,10 +39,24 @@ const DefaultKind = "huawei.com/npu"
 // AllDevice names the device that holds every chip.
 const AllDevice = "all"
 
-// CommonDeviceNodes are the control devices every Ascend container needs
-// besides its /dev/davinciN: the device manager, shared virtual memory and
-// the host-device channel.
-var CommonDeviceNodes = []string{"/dev/davinci_manager", "/dev/devmm_svm", "/dev/hisi_hdc"}
+// ManagerDeviceNode is the device manager: the device plugin refuses to
+// start without it, so its absence means no loaded driver.
+const ManagerDeviceNode = "/dev/davinci_manager"
+
+// CommonDeviceNodes are the control devices MindCluster v7.3.0's device
+// plugin hands every container besides its /dev/davinciN, in its order:
+// the device manager, then the host-device channel, shared virtual memory
+// and the DVPP command list, each only when the host has it
+// (component/ascend-device-plugin/pkg/common/common.go GetDefaultDevices,
+// setDeviceByPath; pkg/server/plugin.go mountDefaultDevice). The list is
+// the same for 910B, Atlas A3 (910_93) and 310P: GetDefaultDevices adds
+// others only for the Atlas 200I SoC A1 and the 310B, or with -fdFlag
+// (the chart does not pass it). The driver's host_sys_init.sh, one
+// source for the 910B and A3 packages (hicann/driver v8.5.0 driver.xml
+// l.85 of both), sets the modes of the first three and of dvpp_cmdlist
+// when it exists (scripts/package/custom/driver/ascend910B/scripts/
+// host_sys_init.sh g_change_mode_dev_list, changeDvppCmdlistMode).
+var CommonDeviceNodes = []string{ManagerDeviceNode, "/dev/hisi_hdc", "/dev/devmm_svm", "/dev/dvpp_cmdlist"}
 
 // DriverDevice names the device holding only the driver's user space.
 const DriverDevice = "driver"
@@ -68,8 +82,9 @@ type Options struct {
 }
 
 // Build inspects the host (through h) and returns the spec: one device per
-// /dev/davinciN named N, an "all" device, and the common device nodes and
-// driver mounts as spec-wide edits.
+// /dev/davinciN named N and an "all" device, each with the common device
+// nodes the host has and the driver mounts, and a "driver" device with the
+// mounts alone.
 func Build(h host.Host, o Options) (*specs.Spec, error) {
 	if o.Kind == "" {
 		o.Kind = DefaultKind
@@ -85,12 +100,14 @@ func Build(h host.Host, o Options) (*specs.Spec, error) {
 	if err != nil {
 		return nil, err
 	}
+	if !exists(h, ManagerDeviceNode) {
+		return nil, fmt.Errorf("%s not found: the NPU driver is not loaded (run after the driver is ready, e.g. behind `npu-healthwatch validate --wait`)", ManagerDeviceNode)
+	}
 	var common []*specs.DeviceNode
 	for _, p := range CommonDeviceNodes {
-		if !exists(h, p) {
-			return nil, fmt.Errorf("%s not found: the NPU driver is not loaded (run after the driver is ready, e.g. behind `npu-healthwatch validate --wait`)", p)
+		if exists(h, p) {
+			common = append(common, &specs.DeviceNode{Path: p})
 		}
-		common = append(common, &specs.DeviceNode{Path: p})
 	}
 	mounts, err := driverMounts(h, o.DriverRoot)
 	if err != nil {

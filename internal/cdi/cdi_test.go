@@ -53,14 +53,14 @@ func TestGenerateValidatedByTheCDILibrary(t *testing.T) {
 	if d := got.GetDevice("3"); d.ContainerEdits.DeviceNodes[0].Path != "/dev/davinci3" {
 		t.Errorf("device 3 = %+v", d.ContainerEdits.DeviceNodes)
 	}
-	if n := len(got.GetDevice(AllDevice).ContainerEdits.DeviceNodes); n != 8+len(CommonDeviceNodes) {
-		t.Errorf("all has %d device nodes, want 8 chips and the common ones", n)
+	if n := len(got.GetDevice(AllDevice).ContainerEdits.DeviceNodes); n != 8+3 {
+		t.Errorf("all has %d device nodes, want 8 chips and the host's davinci_manager, hisi_hdc, devmm_svm", n)
 	}
 	if len(got.ContainerEdits.DeviceNodes)+len(got.ContainerEdits.Mounts) != 0 {
 		t.Errorf("spec-wide edits %+v: they would come with the driver device too", got.ContainerEdits)
 	}
 	nodes, mounts := edits(t, h, got.GetDevice("3").ContainerEdits)
-	if want := "/dev/davinci3,/dev/davinci_manager,/dev/devmm_svm,/dev/hisi_hdc"; strings.Join(nodes, ",") != want {
+	if want := "/dev/davinci3,/dev/davinci_manager,/dev/hisi_hdc,/dev/devmm_svm"; strings.Join(nodes, ",") != want {
 		t.Errorf("device 3 nodes %v, want %s", nodes, want)
 	}
 	want := "/usr/local/Ascend/driver/lib64->/usr/local/Ascend/driver/lib64,/usr/local/Ascend/driver/version.info->/usr/local/Ascend/driver/version.info,/usr/local/dcmi->/usr/local/dcmi,/usr/local/sbin/npu-smi->/usr/local/bin/npu-smi"
@@ -71,6 +71,78 @@ func TestGenerateValidatedByTheCDILibrary(t *testing.T) {
 	dn, dm := edits(t, h, got.GetDevice(DriverDevice).ContainerEdits)
 	if len(dn) != 0 || strings.Join(dm, ",") != want {
 		t.Errorf("driver device: nodes %v mounts %v; want no node and %s", dn, dm, want)
+	}
+}
+
+// TestDeviceNodesPerModel: a chip's device (and "all") carries the
+// device nodes MindCluster v7.3.0's device plugin hands a container on
+// that host (GetDefaultDevices under the chart's flags: davinci_manager,
+// then hisi_hdc, devmm_svm and dvpp_cmdlist when present) and nothing
+// else the host has: nodes only -fdFlag, the Atlas 200I SoC A1 or the
+// 310B hand out, and the driver's lqdcmi_pcidev, stay out. The "driver"
+// device has none.
+func TestDeviceNodesPerModel(t *testing.T) {
+	// Host nodes outside the plugin's list under the chart's flags
+	// (constants.go: HiAi200RC*, Atlas200ISoc*, Atlas310B*;
+	// host_sys_init.sh: lqdcmi_pcidev).
+	others := []string{"/dev/svm0", "/dev/ts_aisle", "/dev/upgrade", "/dev/log_drv", "/dev/event_sched", "/dev/sys", "/dev/vdec", "/dev/vpc", "/dev/pngd", "/dev/venc", "/dev/lqdcmi_pcidev", "/dev/davinci_manager_docker"}
+	for _, tc := range []struct {
+		name    string
+		chip    string
+		chips   int
+		add     []string // host nodes beyond simhost's davinci_manager, devmm_svm, hisi_hdc
+		remove  []string
+		want    string // chip 0's nodes
+		wantAll int    // nodes of "all"
+	}{
+		{name: "910B", chip: "910b", chips: 8, add: others,
+			want: "/dev/davinci0,/dev/davinci_manager,/dev/hisi_hdc,/dev/devmm_svm", wantAll: 8 + 3},
+		{name: "910B with dvpp_cmdlist", chip: "910b", chips: 8, add: append([]string{"/dev/dvpp_cmdlist"}, others...),
+			want: "/dev/davinci0,/dev/davinci_manager,/dev/hisi_hdc,/dev/devmm_svm,/dev/dvpp_cmdlist", wantAll: 8 + 4},
+		{name: "A3 (910_93)", chip: "a3", chips: 16, add: append([]string{"/dev/dvpp_cmdlist"}, others...),
+			want: "/dev/davinci0,/dev/davinci_manager,/dev/hisi_hdc,/dev/devmm_svm,/dev/dvpp_cmdlist", wantAll: 16 + 4},
+		{name: "310P", chip: "310p", chips: 4, add: append([]string{"/dev/dvpp_cmdlist"}, others...),
+			want: "/dev/davinci0,/dev/davinci_manager,/dev/hisi_hdc,/dev/devmm_svm,/dev/dvpp_cmdlist", wantAll: 4 + 4},
+		{name: "310P without hisi_hdc and devmm_svm", chip: "310p", chips: 1, remove: []string{"/dev/hisi_hdc", "/dev/devmm_svm"},
+			want: "/dev/davinci0,/dev/davinci_manager", wantAll: 1 + 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h, err := simhost.Create(t.TempDir(), simhost.Spec{Chip: tc.chip, ChipCount: tc.chips, Driver: "25.5.0"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, p := range tc.add {
+				if err := os.WriteFile(h.Path(p), nil, 0o666); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for _, p := range tc.remove {
+				if err := os.Remove(h.Path(p)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			spec, err := Build(h, Options{DriverRoot: simhost.DriverRoot})
+			if err != nil {
+				t.Fatal(err)
+			}
+			out := filepath.Join(t.TempDir(), "spec.yaml")
+			if err := Write(out, spec); err != nil {
+				t.Fatal(err)
+			}
+			got, err := cdiapi.ReadSpec(out, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if nodes, _ := edits(t, h, got.GetDevice("0").ContainerEdits); strings.Join(nodes, ",") != tc.want {
+				t.Errorf("device 0 nodes %v, want %s", nodes, tc.want)
+			}
+			if n := len(got.GetDevice(AllDevice).ContainerEdits.DeviceNodes); n != tc.wantAll {
+				t.Errorf("all has %d device nodes, want %d", n, tc.wantAll)
+			}
+			if n := len(got.GetDevice(DriverDevice).ContainerEdits.DeviceNodes); n != 0 {
+				t.Errorf("driver has %d device nodes, want none", n)
+			}
+		})
 	}
 }
 
@@ -142,6 +214,7 @@ func TestGenerateRefusesClearly(t *testing.T) {
 	}{
 		{"bad kind", loadedHost(t, 1), Options{Kind: "npu", DriverRoot: simhost.DriverRoot}, "set cdi.kind"},
 		{"no driver", noDriver, Options{DriverRoot: simhost.DriverRoot}, "no /dev/davinciN"},
+		{"no device manager", withoutManager(t), Options{DriverRoot: simhost.DriverRoot}, "/dev/davinci_manager not found: the NPU driver is not loaded"},
 		{"wrong driver root", loadedHost(t, 1), Options{DriverRoot: "/var/lib/Ascend/driver"}, "/var/lib/Ascend/driver/lib64 not found"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -161,4 +234,15 @@ func TestGenerateRefusesClearly(t *testing.T) {
 	if b, _ := os.ReadFile(out); string(b) != "good" {
 		t.Fatalf("invalid spec replaced the file: %q", b)
 	}
+}
+
+// withoutManager is a host with chips but no /dev/davinci_manager, which
+// the device plugin requires (getDavinciManagerPath).
+func withoutManager(t *testing.T) *simhost.Host {
+	t.Helper()
+	h := loadedHost(t, 1)
+	if err := os.Remove(h.Path("/dev/davinci_manager")); err != nil {
+		t.Fatal(err)
+	}
+	return h
 }

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -20,6 +21,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/utils/ptr"
+	sigsyaml "sigs.k8s.io/yaml"
+	cdispecs "tags.cncf.io/container-device-interface/specs-go"
 
 	"github.com/openfuyao/npu-stack/internal/npusmi"
 	"github.com/openfuyao/npu-stack/internal/ociimage"
@@ -94,6 +97,13 @@ func TestRealNodeStandInDevicePlugin(t *testing.T) {
 		testbed.WaitNode(ctx, t, env.Client, f.node.Name(), "Ready", nodeReady)
 		prepareHost(ctx, t, f.node, f.u, f.model)
 	}
+	// The 310P host also has /dev/dvpp_cmdlist, which the device plugin
+	// hands out when present (MindCluster v7.3.0 GetDefaultDevices) and
+	// host_sys_init.sh sets up when it exists (hicann/driver v8.5.0
+	// changeDvppCmdlistMode); the 910B host has none.
+	if out, err := fleet[1].node.Command(ctx, "mknod", "-m", "660", "/dev/dvpp_cmdlist", "c", "1", "3").CombinedOutput(); err != nil {
+		t.Fatalf("mknod /dev/dvpp_cmdlist on %s: %v, %s", fleet[1].node.Name(), err, out)
+	}
 	t.Logf("nodes Ready, stand-ins built: %s", time.Since(start).Round(time.Second))
 
 	vals := map[string]any{
@@ -151,6 +161,8 @@ func TestRealNodeStandInDevicePlugin(t *testing.T) {
 			t.Errorf("ConfigMap %s DeviceInfoCfg %s: want %s", cmName, cm.Data["DeviceInfoCfg"], want)
 		}
 	}
+	checkCDISpec(ctx, t, fleet[0].node, "/dev/davinci_manager", "/dev/hisi_hdc", "/dev/devmm_svm")
+	checkCDISpec(ctx, t, fleet[1].node, "/dev/davinci_manager", "/dev/hisi_hdc", "/dev/devmm_svm", "/dev/dvpp_cmdlist")
 	t.Logf("device plugins registered: %s", time.Since(start).Round(time.Second))
 
 	node := fleet[0].node
@@ -378,6 +390,42 @@ func checkWorkload(ctx context.Context, t *testing.T, ns string, node *realnode.
 	info, err := npusmi.Parse([]byte("+" + table))
 	if err != nil || len(info.Chips) != 1 || info.Version != standinVersion {
 		t.Errorf("npu-smi info in the workload: %v, chips %+v, version %q\n%s", err, info.Chips, info.Version, table)
+	}
+}
+
+// checkCDISpec reads the CDI spec the chart's cdi-generate container (root,
+// every capability dropped) wrote on node: chip 0's device carries
+// /dev/davinci0 and the control nodes the device plugin hands out on that
+// host (want, in its order), and the driver device brings npu-smi from
+// where the installer put it.
+func checkCDISpec(ctx context.Context, t *testing.T, node *realnode.Node, want ...string) {
+	t.Helper()
+	const path = "/var/run/cdi/huawei-com-npu.yaml"
+	out, err := node.Command(ctx, "cat", path).Output()
+	if err != nil {
+		t.Fatalf("CDI spec %s on %s: %v", path, node.Name(), err)
+	}
+	var spec cdispecs.Spec
+	if err := sigsyaml.Unmarshal(out, &spec); err != nil {
+		t.Fatalf("CDI spec %s on %s: %v", path, node.Name(), err)
+	}
+	devices := map[string]cdispecs.ContainerEdits{}
+	for _, d := range spec.Devices {
+		devices[d.Name] = d.ContainerEdits
+	}
+	var nodes []string
+	for _, n := range devices["0"].DeviceNodes {
+		nodes = append(nodes, n.Path)
+	}
+	if w := append([]string{"/dev/davinci0"}, want...); !slices.Equal(nodes, w) {
+		t.Errorf("CDI device 0 on %s has device nodes %v, want %v", node.Name(), nodes, w)
+	}
+	smi := false
+	for _, m := range devices["driver"].Mounts {
+		smi = smi || (m.HostPath == "/usr/local/sbin/npu-smi" && m.ContainerPath == "/usr/local/bin/npu-smi")
+	}
+	if !smi {
+		t.Errorf("CDI device driver on %s does not mount npu-smi: %+v", node.Name(), devices["driver"].Mounts)
 	}
 }
 

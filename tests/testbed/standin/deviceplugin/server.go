@@ -80,8 +80,8 @@ func (s *server) ListAndWatch(_ *pluginapi.Empty, stream grpc.ServerStreamingSer
 // /dev/davinci<N>, read-write, and nothing else: without Ascend Docker
 // Runtime v7.3.0 returns DeviceSpecs only (pkg/server/plugin.go Allocate,
 // mountDefaultDevice, mountDevice; pkg/common/common.go
-// GetDefaultDevices: davinci_manager, hisi_hdc, devmm_svm, and
-// dvpp_cmdlist when present).
+// GetDefaultDevices: davinci_manager, which it requires, then hisi_hdc,
+// devmm_svm and dvpp_cmdlist when present).
 func (s *server) Allocate(_ context.Context, req *pluginapi.AllocateRequest) (*pluginapi.AllocateResponse, error) {
 	chips, _ := s.snapshot()
 	byName := map[string]Chip{}
@@ -93,7 +93,7 @@ func (s *server) Allocate(_ context.Context, req *pluginapi.AllocateRequest) (*p
 		var specs []*pluginapi.DeviceSpec
 		for _, d := range []string{"davinci_manager", "hisi_hdc", "devmm_svm", "dvpp_cmdlist"} {
 			if _, err := os.Stat(filepath.Join(s.devDir, d)); err != nil {
-				if d == "dvpp_cmdlist" {
+				if d != "davinci_manager" {
 					continue
 				}
 				return nil, fmt.Errorf("allocate %v: device /dev/%s: %w", creq.DevicesIds, d, err)
