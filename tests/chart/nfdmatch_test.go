@@ -250,3 +250,111 @@ func fleetValues(t *testing.T) map[string]any {
 	}
 	return vals
 }
+
+// supportTable is a table of docs/installation.md: the rows after the
+// header line that starts with header, each split into trimmed cells.
+func supportTable(t *testing.T, header string) [][]string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("..", "..", "docs", "installation.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, after, ok := strings.Cut(string(b), "\n"+header)
+	if !ok {
+		t.Fatalf("docs/installation.md has no table %q", header)
+	}
+	var rows [][]string
+	for i, l := range strings.Split(after, "\n") {
+		if i < 2 { // the rest of the header line, then |---|
+			continue
+		}
+		if !strings.HasPrefix(l, "|") {
+			break
+		}
+		var cells []string
+		for _, c := range strings.Split(strings.Trim(l, "|"), "|") {
+			cells = append(cells, strings.TrimSpace(c))
+		}
+		rows = append(rows, cells)
+	}
+	if len(rows) == 0 {
+		t.Fatalf("docs/installation.md table %q has no rows", header)
+	}
+	return rows
+}
+
+var (
+	backticked    = regexp.MustCompile("^`([^`]+)`$")
+	exampleKernel = regexp.MustCompile("e\\.g\\. `([^`]+)`")
+	osReleaseID   = regexp.MustCompile("`ID=([^`]+)`, `VERSION_ID=\"([^\"]+)\"`")
+	pciID         = regexp.MustCompile("`19e5:([0-9a-f]{4})`")
+	openEulerName = regexp.MustCompile(`^openEuler (\d\d\.\d\d) LTS`)
+)
+
+// TestNodeFeatureRuleAndSupportTableAgree: the chart's default rule
+// labels exactly the OSes of docs/installation.md's OS table, each as the
+// table says, from what NFD reads on such a host (the table's example
+// kernel release, or its os-release keys), service-pack-less openEuler
+// releases (…oe2403.x86_64) included; and it labels every chip of the
+// "Supported platforms" table by its PCI device ID.
+func TestNodeFeatureRuleAndSupportTableAgree(t *testing.T) {
+	r := mustRender(t, variant{name: "nfd", vals: map[string]any{"nodeFeatureRule": map[string]any{"enabled": true}}})
+	rules := nested[[]any](t, r.find("NodeFeatureRule", "npu-stack-npu"), "spec", "rules")
+	ruleOSes := map[string]bool{}
+	for _, o := range asList(loadChart(t).Values["nodeFeatureRule"].(map[string]any)["oses"]) {
+		ruleOSes[o.(map[string]any)["os"].(string)] = true
+	}
+	tableOSes := map[string]bool{}
+	for _, row := range supportTable(t, "| OS | what the rule reads (example) | OS label |") {
+		name, reads := row[0], row[1]
+		m := backticked.FindStringSubmatch(row[2])
+		if m == nil {
+			continue // KubeOS: labelled as the openEuler release it was built from
+		}
+		label := m[1]
+		tableOSes[label] = true
+		kernel, osRelease := "5.15.0-105-generic", ""
+		if id := osReleaseID.FindStringSubmatch(reads); id != nil {
+			osRelease = fmt.Sprintf("NAME=%q\nID=%s\nVERSION_ID=%q\n", name, id[1], id[2])
+		} else if k := exampleKernel.FindStringSubmatch(reads); k != nil {
+			v := openEulerName.FindStringSubmatch(name)
+			if v == nil {
+				t.Fatalf("OS table row %q: a kernel release for an OS that is not openEuler", name)
+			}
+			kernel, osRelease = k[1], fmt.Sprintf("NAME=\"openEuler\"\nID=\"openEuler\"\nVERSION_ID=%q\n", v[1])
+		} else {
+			t.Fatalf("OS table row %q: neither os-release keys nor an example kernel release in %q", name, reads)
+		}
+		got := nfdLabels(t, rules, simulatedHost(t, [][2]string{{"19e5", "d802"}}, kernel, osRelease))
+		if got["openfuyao.com/npu.os"] != label {
+			t.Errorf("%s (kernel %s): the rule labels OS %q, the table says %q", name, kernel, got["openfuyao.com/npu.os"], label)
+		}
+	}
+	for label := range tableOSes {
+		if !ruleOSes[label] {
+			t.Errorf("docs/installation.md lists OS %s, which nodeFeatureRule.oses does not label", label)
+		}
+	}
+	for label := range ruleOSes {
+		if !tableOSes[label] {
+			t.Errorf("nodeFeatureRule.oses labels OS %s, which docs/installation.md's OS table does not list", label)
+		}
+	}
+
+	var chipsRow []string
+	for _, row := range supportTable(t, "| | supported | notes |") {
+		if row[0] == "chips" {
+			chipsRow = row
+		}
+	}
+	devices := pciID.FindAllStringSubmatch(strings.Join(chipsRow, " "), -1)
+	if len(devices) == 0 {
+		t.Fatal(`docs/installation.md "Supported platforms" names no chip PCI ID (19e5:xxxx)`)
+	}
+	for _, d := range devices {
+		got := nfdLabels(t, rules, simulatedHost(t, [][2]string{{"19e5", d[1]}}, "5.15.0-105-generic", ubuntu2204))
+		if got["openfuyao.com/npu.present"] != "true" || got["openfuyao.com/npu.chip"] == "" {
+			t.Errorf("a host with the supported chip 19e5:%s gets labels %v from the rule, want present and its chip", d[1], got)
+		}
+	}
+}
