@@ -123,7 +123,7 @@ func newTreeBed(ctx context.Context, t *testing.T) (*installBed, v1.ImageIndex) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	node, err := env.AddRealNode(ctx, testbed.NodeSpec{Prefix: "kubeos", Chip: "910b", ChipCount: chips, Labels: map[string]string{fleetLabel: ns}},
+	node, err := env.AddRealNode(ctx, testbed.NodeSpec{Prefix: "kubeos", Chip: "910b", ChipCount: chips, OS: "oe2403sp3", Labels: map[string]string{fleetLabel: ns}},
 		testbed.RealNodeOptions{ReadOnlyRoot: true, Insmod: kit.Insmod()})
 	if err != nil {
 		t.Fatal(err)
