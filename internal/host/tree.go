@@ -71,7 +71,7 @@ func (l *Linux) InstallTree(ctx context.Context, version, imageTree string) erro
 	b, err := os.ReadFile(filepath.Join(imageTree, drivertree.VersionFile))
 	if err != nil {
 		return &ProblemError{What: fmt.Sprintf("the driver image has no driver tree at %s (%v)", imageTree, err),
-			Fix: "build the image with the installed driver tree there (docs/installation.md, \"A driver image for read-only roots\"), or set driver.imageTreePath to where it is"}
+			Fix: "build the image with the installed driver tree there (docs/installation.md, \"A driver image for tree mode\"), or set driver.imageTreePath to where it is"}
 	}
 	if got, err := ParseVersionInfo(b); err != nil || got != version {
 		return &ProblemError{What: fmt.Sprintf("the driver image's tree %s is version %q (%s), not driver.version %s", imageTree, got, drivertree.VersionFile, version),

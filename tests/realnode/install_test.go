@@ -193,76 +193,12 @@ func TestRealNodeDriverInstallFreesTheChips(t *testing.T) {
 
 func newInstallBed(ctx context.Context, t *testing.T) *installBed {
 	t.Helper()
-	nsObj, err := env.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "install-"}}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ns := nsObj.Name
-	const chips = 2
-	model := standin.NewChips(standin.Model910B, chips)
-	node, err := env.AddRealNode(ctx, testbed.NodeSpec{Prefix: "install", Chip: "910b", ChipCount: chips, Labels: map[string]string{fleetLabel: ns}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { stopNode(t, node) })
-	root, err := testbed.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	kit, err := standin.BuildKit(ctx, root, filepath.Join(dir, "a"), standinVersion, standin.Model910B)
-	if err != nil {
-		t.Fatal(err)
-	}
-	u, err := kit.UserSpace(standin.Model910B)
-	if err != nil {
-		t.Fatal(err)
-	}
-	other, err := standin.BuildUserSpace(ctx, filepath.Join(dir, "b"), otherVersion, standin.Model910B)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b := &installBed{t: t, ns: ns, node: node, images: map[string]v1.ImageIndex{}, generations: map[string]int64{}}
-	for v, us := range map[string]*standin.UserSpace{standinVersion: u, otherVersion: other} {
-		if b.images[v], err = us.DriverImage(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	testbed.WaitNode(ctx, t, env.Client, node.Name(), "Ready", nodeReady)
-	prepareHost(ctx, t, node, u, model)
-	b.vals = map[string]any{
-		"namespace":       ns,
-		"npuNodeSelector": map[string]any{fleetLabel: ns},
-		"driver": map[string]any{"version": standinVersion, "upgradePolicy": map[string]any{"autoUpgrade": false},
-			"profiles":              []any{map[string]any{"name": "910b", "chip": "910b", "kernel": node.KernelRelease(), "os": "ubuntu22.04"}},
-			"installTimeoutSeconds": 60, "terminationGracePeriodSeconds": 120,
-			"installRetry": map[string]any{"initialSeconds": 2, "maxSeconds": 4}},
-		"rebooter": map[string]any{"uptimeGuardMinutes": 0},
-		"hooks":    map[string]any{"preflight": map[string]any{"enabled": false}, "resume": map[string]any{"enabled": false}},
-	}
-	images := renderedImages(ctx, t, ns, b.vals)
-	for ds, build := range map[string]func() (v1.ImageIndex, error){"device-plugin": kit.DevicePluginImage, "exporter": kit.ExporterImage} {
-		img, err := build()
-		if err != nil {
-			t.Fatal(err)
-		}
-		b.push(ctx, images[ds], img)
-	}
-	b.push(ctx, images["driver-910b"], b.images[standinVersion])
-	if _, err := env.Helm(ns).Install(ctx, ns, b.vals, testbed.InstallOptions{DisableHooks: true}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			logPods(t, ns)
-		}
-		_ = env.Helm(ns).Uninstall(ns)
-		_ = env.Client.CoreV1().ConfigMaps("kube-system").Delete(context.Background(), "mindx-dl-deviceinfo-"+node.Name(), metav1.DeleteOptions{})
-	})
-	resource := corev1.ResourceName(model.ResourceName())
-	testbed.WaitNode(ctx, t, env.Client, node.Name(), fmt.Sprintf("allocatable %s = %d", resource, chips), allocatable(resource, chips))
-	waitStackRunning(ctx, t, node)
-	dss, err := env.Client.AppsV1().DaemonSets(ns).List(ctx, metav1.ListOptions{})
+	b, _ := startBed(ctx, t, bedSpec{prefix: "install", os: "ubuntu22.04", image: func(u *standin.UserSpace, _ string) (v1.ImageIndex, error) { return u.DriverImage() }})
+	b.installChart(ctx, b.images[standinVersion])
+	resource := corev1.ResourceName(standin.NewChips(standin.Model910B, bedChips).ResourceName())
+	testbed.WaitNode(ctx, t, env.Client, b.node.Name(), fmt.Sprintf("allocatable %s = %d", resource, bedChips), allocatable(resource, bedChips))
+	waitStackRunning(ctx, t, b.node)
+	dss, err := env.Client.AppsV1().DaemonSets(b.ns).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -275,6 +211,109 @@ func newInstallBed(ctx context.Context, t *testing.T) *installBed {
 		t.Fatalf("device plugin and exporter DaemonSets: %v", b.generations)
 	}
 	return b
+}
+
+// bedChips is how many 910B chips a bed's node has.
+const bedChips = 2
+
+// bedSpec is what differs between beds.
+type bedSpec struct {
+	prefix, os string
+	// readOnlyRoot gives the node KubeOS's mounts; root is then the
+	// profile's driver tree.
+	readOnlyRoot bool
+	root         string
+	// image is the driver image of a version's user space for kernel.
+	image func(u *standin.UserSpace, kernel string) (v1.ImageIndex, error)
+}
+
+// startBed makes a bed's namespace, node (Ready, with the driver user,
+// no driver loaded), driver images of standinVersion and otherVersion,
+// chart values, and the device plugin and exporter images in the
+// registry; the caller installs the chart (installChart).
+func startBed(ctx context.Context, t *testing.T, spec bedSpec) (*installBed, *standin.Kit) {
+	t.Helper()
+	nsObj, err := env.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: spec.prefix + "-"}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns := nsObj.Name
+	root, err := testbed.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	kit, err := standin.BuildKit(ctx, root, filepath.Join(dir, "a"), standinVersion, standin.Model910B)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var opts testbed.RealNodeOptions
+	if spec.readOnlyRoot {
+		opts = testbed.RealNodeOptions{ReadOnlyRoot: true, Insmod: kit.Insmod()}
+	}
+	node, err := env.AddRealNode(ctx, testbed.NodeSpec{Prefix: spec.prefix, Chip: "910b", ChipCount: bedChips, OS: spec.os, Labels: map[string]string{fleetLabel: ns}}, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { stopNode(t, node) })
+	u, err := kit.UserSpace(standin.Model910B)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := standin.BuildUserSpace(ctx, filepath.Join(dir, "b"), otherVersion, standin.Model910B)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := &installBed{t: t, ns: ns, node: node, images: map[string]v1.ImageIndex{}, generations: map[string]int64{}, root: spec.root}
+	for v, us := range map[string]*standin.UserSpace{standinVersion: u, otherVersion: other} {
+		if b.images[v], err = spec.image(us, node.KernelRelease()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	testbed.WaitNode(ctx, t, env.Client, node.Name(), "Ready", nodeReady)
+	prepareHost(ctx, t, node, u, standin.NewChips(standin.Model910B, bedChips))
+	driver := map[string]any{"version": standinVersion, "upgradePolicy": map[string]any{"autoUpgrade": false},
+		"profiles":              []any{map[string]any{"name": "910b", "chip": "910b", "kernel": node.KernelRelease(), "os": spec.os}},
+		"installTimeoutSeconds": 60, "terminationGracePeriodSeconds": 120,
+		"installRetry": map[string]any{"initialSeconds": 2, "maxSeconds": 4}}
+	if spec.root != "" {
+		driver["hostDriverPath"] = spec.root
+	}
+	b.vals = map[string]any{
+		"namespace":       ns,
+		"npuNodeSelector": map[string]any{fleetLabel: ns},
+		"driver":          driver,
+		"rebooter":        map[string]any{"uptimeGuardMinutes": 0},
+		"hooks":           map[string]any{"preflight": map[string]any{"enabled": false}, "resume": map[string]any{"enabled": false}},
+	}
+	images := renderedImages(ctx, t, ns, b.vals)
+	for ds, build := range map[string]func() (v1.ImageIndex, error){"device-plugin": kit.DevicePluginImage, "exporter": kit.ExporterImage} {
+		img, err := build()
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.push(ctx, images[ds], img)
+	}
+	return b, kit
+}
+
+// installChart pushes driver as the profile's image and installs the
+// chart with b.vals.
+func (b *installBed) installChart(ctx context.Context, driver v1.ImageIndex) {
+	t := b.t
+	t.Helper()
+	b.push(ctx, renderedImages(ctx, t, b.ns, b.vals)["driver-910b"], driver)
+	if _, err := env.Helm(b.ns).Install(ctx, b.ns, b.vals, testbed.InstallOptions{DisableHooks: true}); err != nil {
+		t.Fatal(err)
+	}
+	node := b.node.Name()
+	t.Cleanup(func() {
+		if t.Failed() {
+			logPods(t, b.ns)
+		}
+		_ = env.Helm(b.ns).Uninstall(b.ns)
+		_ = env.Client.CoreV1().ConfigMaps("kube-system").Delete(context.Background(), "mindx-dl-deviceinfo-"+node, metav1.DeleteOptions{})
+	})
 }
 
 func (b *installBed) push(ctx context.Context, ref string, img v1.ImageIndex) {

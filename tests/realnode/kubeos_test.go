@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -14,9 +13,9 @@ import (
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/openfuyao/npu-stack/internal/contract"
+	"github.com/openfuyao/npu-stack/internal/kube"
 	"github.com/openfuyao/npu-stack/tests/testbed"
 	"github.com/openfuyao/npu-stack/tests/testbed/standin"
 )
@@ -38,7 +37,7 @@ const kubeosRoot = "/var/lib/Ascend/driver"
 func TestRealNodeReadOnlyRootDriver(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
-	b, runImage := newTreeBed(ctx, t)
+	b := newTreeBed(ctx, t)
 	profile := b.vals["driver"].(map[string]any)["profiles"].([]any)[0].(map[string]any)
 
 	if !t.Run("run mode fails on a read-only root", func(t *testing.T) {
@@ -51,7 +50,9 @@ func TestRealNodeReadOnlyRootDriver(t *testing.T) {
 
 	if !t.Run("tree mode installs and loads", func(t *testing.T) {
 		b.t = t
+		// A tree image is another image than the .run's: a tag of its own.
 		profile["installMode"] = "tree"
+		b.vals["driver"].(map[string]any)["tagTemplate"] = "{{ .version }}-{{ .chip }}-{{ .kernel }}-{{ .os }}-tree"
 		b.since = time.Now().Truncate(time.Second)
 		b.helmUpgrade(ctx, standinVersion, nil)
 		b.waitLoaded(ctx, standinVersion, standinVersion)
@@ -60,128 +61,66 @@ func TestRealNodeReadOnlyRootDriver(t *testing.T) {
 	}) {
 		return
 	}
-	_ = runImage
 
-	if !t.Run("upgrade", func(t *testing.T) {
-		b.t = t
-		b.helmUpgrade(ctx, otherVersion, nil)
-		boots := len(b.node.BootIDs())
-		b.askReboot(ctx, otherVersion)
-		b.waitUpgraded(ctx, otherVersion, boots)
-	}) {
-		return
+	for _, step := range []struct{ name, version string }{{"upgrade", otherVersion}, {"rollback", standinVersion}} {
+		if !t.Run(step.name, func(t *testing.T) {
+			b.t = t
+			b.helmUpgrade(ctx, step.version, nil)
+			boots := len(b.node.BootIDs())
+			b.askReboot(ctx, step.version)
+			b.waitUpgraded(ctx, step.version, boots)
+		}) {
+			return
+		}
 	}
 
-	if !t.Run("rollback", func(t *testing.T) {
+	t.Run("a recovery reboot loads the installed version, not the desired", func(t *testing.T) {
 		b.t = t
-		b.helmUpgrade(ctx, standinVersion, nil)
-		boots := len(b.node.BootIDs())
-		b.askReboot(ctx, standinVersion)
-		b.waitUpgraded(ctx, standinVersion, boots)
-	}) {
-		return
-	}
-
-	t.Run("a reboot outside the rollout loads the installed version", func(t *testing.T) {
-		b.t = t
-		b.helmUpgrade(ctx, otherVersion, nil)
+		// A new version is desired but not rolled out when a chip wedges.
+		b.helmUpgrade(ctx, otherVersion, map[string]any{"probeIntervalSeconds": 5, "failureThreshold": 2})
 		b.waitEvent(ctx, string(contract.EventDriverActivationPending), "driver "+otherVersion+" is installed once the rollout")
 		boots := len(b.node.BootIDs())
-		rebooted := time.Now().Truncate(time.Second)
-		if err := b.node.Reboot(ctx); err != nil {
+		if err := b.node.SetChipHealth(1, "Critical"); err != nil {
 			t.Fatal(err)
 		}
-		if n := len(b.node.BootIDs()); n != boots+1 {
-			t.Fatalf("%d boots after one reboot, had %d", n, boots)
+		testbed.WaitNode(ctx, t, env.Client, b.node.Name(), "recovery reboot asked for", func(n *corev1.Node) bool {
+			return n.Labels[keys.RebootRequired()] == contract.True && n.Annotations[keys.RebootReason()] == string(contract.ReasonRecovery)
+		})
+		rebooted := time.Now().Truncate(time.Second)
+		if _, err := kube.PatchNode(ctx, env.Client, b.node.Name(), kube.NodeChange{Annotations: map[string]*string{keys.ApproveReboot(): kube.Set(contract.True)}}); err != nil {
+			t.Fatal(err)
 		}
 		b.waitEventSince(ctx, string(contract.EventDriverLoaded), "driver "+standinVersion+" loaded from the tree installed in "+kubeosRoot, rebooted)
 		b.waitLoaded(ctx, standinVersion, otherVersion)
+		if n := len(b.node.BootIDs()); n != boots+1 {
+			t.Fatalf("%d boots for one recovery; want exactly one reboot", n-boots)
+		}
 		if got := b.readVersionInfo(); got != standinVersion {
-			t.Fatalf("version.info %q after a reboot outside the rollout; want the installed %s", got, standinVersion)
+			t.Fatalf("version.info %q after the recovery reboot; want the installed %s", got, standinVersion)
 		}
 	})
 }
 
-// newTreeBed is installBed on a read-only-root node, installed in run
-// mode with the vendor .run (which fails there); it returns the run
-// image for the record.
-func newTreeBed(ctx context.Context, t *testing.T) (*installBed, v1.ImageIndex) {
+// newTreeBed is an install bed on a read-only-root node with
+// values-kubeos.yaml's driver path, installed in run mode with the vendor
+// .run (which fails there); its images are tree images.
+func newTreeBed(ctx context.Context, t *testing.T) *installBed {
 	t.Helper()
-	nsObj, err := env.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "kubeos-"}}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ns := nsObj.Name
-	const chips = 2
-	model := standin.NewChips(standin.Model910B, chips)
-	root, err := testbed.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	kit, err := standin.BuildKit(ctx, root, filepath.Join(dir, "a"), standinVersion, standin.Model910B)
-	if err != nil {
-		t.Fatal(err)
-	}
-	node, err := env.AddRealNode(ctx, testbed.NodeSpec{Prefix: "kubeos", Chip: "910b", ChipCount: chips, OS: "oe2403sp3", Labels: map[string]string{fleetLabel: ns}},
-		testbed.RealNodeOptions{ReadOnlyRoot: true, Insmod: kit.Insmod()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { stopNode(t, node) })
+	b, kit := startBed(ctx, t, bedSpec{prefix: "kubeos", os: "oe2403sp3", readOnlyRoot: true, root: kubeosRoot,
+		image: func(u *standin.UserSpace, kernel string) (v1.ImageIndex, error) { return u.DriverTreeImage(kernel, nil) }})
+	b.vals["driver"].(map[string]any)["profiles"].([]any)[0].(map[string]any)["installMode"] = "run"
+	b.vals["devicePlugin"] = map[string]any{"dataTraceHostPath": "/var/lib/mindx/datatrace-config"}
 	u, err := kit.UserSpace(standin.Model910B)
 	if err != nil {
 		t.Fatal(err)
 	}
-	other, err := standin.BuildUserSpace(ctx, filepath.Join(dir, "b"), otherVersion, standin.Model910B)
+	run, err := u.DriverImage()
 	if err != nil {
 		t.Fatal(err)
-	}
-	b := &installBed{t: t, ns: ns, node: node, images: map[string]v1.ImageIndex{}, generations: map[string]int64{}, root: kubeosRoot}
-	for v, us := range map[string]*standin.UserSpace{standinVersion: u, otherVersion: other} {
-		if b.images[v], err = us.DriverTreeImage(node.KernelRelease(), nil); err != nil {
-			t.Fatal(err)
-		}
-	}
-	runImage, err := u.DriverImage()
-	if err != nil {
-		t.Fatal(err)
-	}
-	testbed.WaitNode(ctx, t, env.Client, node.Name(), "Ready", nodeReady)
-	prepareHost(ctx, t, node, u, model)
-	b.vals = map[string]any{
-		"namespace":       ns,
-		"npuNodeSelector": map[string]any{fleetLabel: ns},
-		"driver": map[string]any{"version": standinVersion, "upgradePolicy": map[string]any{"autoUpgrade": false},
-			"hostDriverPath":        kubeosRoot,
-			"profiles":              []any{map[string]any{"name": "910b", "chip": "910b", "kernel": node.KernelRelease(), "os": "oe2403sp3", "installMode": "run"}},
-			"installTimeoutSeconds": 60, "terminationGracePeriodSeconds": 120,
-			"installRetry": map[string]any{"initialSeconds": 2, "maxSeconds": 4}},
-		"devicePlugin": map[string]any{"dataTraceHostPath": "/var/lib/mindx/datatrace-config"},
-		"rebooter":     map[string]any{"uptimeGuardMinutes": 0},
-		"hooks":        map[string]any{"preflight": map[string]any{"enabled": false}, "resume": map[string]any{"enabled": false}},
-	}
-	images := renderedImages(ctx, t, ns, b.vals)
-	for ds, build := range map[string]func() (v1.ImageIndex, error){"device-plugin": kit.DevicePluginImage, "exporter": kit.ExporterImage} {
-		img, err := build()
-		if err != nil {
-			t.Fatal(err)
-		}
-		b.push(ctx, images[ds], img)
 	}
 	b.since = time.Now().Add(-time.Minute)
-	b.push(ctx, images["driver-910b"], runImage)
-	if _, err := env.Helm(ns).Install(ctx, ns, b.vals, testbed.InstallOptions{DisableHooks: true}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			logPods(t, ns)
-		}
-		_ = env.Helm(ns).Uninstall(ns)
-		_ = env.Client.CoreV1().ConfigMaps("kube-system").Delete(context.Background(), "mindx-dl-deviceinfo-"+node.Name(), metav1.DeleteOptions{})
-	})
-	return b, runImage
+	b.installChart(ctx, run)
+	return b
 }
 
 // waitLoaded waits until the node runs loaded with installed on disk,
