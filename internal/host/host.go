@@ -17,9 +17,11 @@ import (
 type RebootMethod string
 
 const (
-	// RebootSystemd asks the host's systemd, over its D-Bus system bus,
-	// to start reboot.target as `systemctl reboot` does, so services stop
-	// cleanly and filesystems are synced.
+	// RebootSystemd asks the host's logind, over its D-Bus system bus, to
+	// reboot as `systemctl reboot` does: logind lets its delay inhibitors
+	// (the kubelet's graceful node shutdown) finish, then has systemd
+	// start reboot.target, so services stop cleanly and filesystems are
+	// synced. Where no logind is on the bus it asks systemd directly.
 	RebootSystemd RebootMethod = "systemd"
 	// RebootSysrq triggers an immediate kernel reboot; for hosts whose
 	// userspace is too wedged for systemd to finish a shutdown.

@@ -29,10 +29,11 @@ type Linux struct {
 	Run Runner
 	// DBusSocket is the host's D-Bus system bus socket as this process
 	// reaches it (not resolved under Root); RebootSystemd talks to the
-	// host's systemd through it.
+	// host's logind, or its systemd where logind is absent, through it.
 	DBusSocket string
 	// SystemdTimeout bounds a RebootSystemd request: connecting to the bus
-	// and systemd's answer. Zero means DefaultSystemdTimeout.
+	// and the answers of logind and systemd. Zero means
+	// DefaultSystemdTimeout.
 	SystemdTimeout time.Duration
 	// ReadOnly reports whether a host path is on a read-only filesystem;
 	// nil means statfs(2). The simulated host models KubeOS's /usr with it.
@@ -84,9 +85,10 @@ func parseProcUptime(s string) (time.Duration, error) {
 }
 
 // Reboot asks the host to reboot. RebootSystemd (or its alias systemctl)
-// asks the host's systemd over the D-Bus system bus for a clean shutdown,
-// as `systemctl reboot` does; no host binary is run, so the image needs
-// nothing but this program.
+// asks over the D-Bus system bus for a clean shutdown as `systemctl
+// reboot` does: logind first, so that its delay inhibitors (the kubelet's
+// graceful node shutdown) run, systemd where no logind is on the bus. No
+// host binary is run, so the image needs nothing but this program.
 func (l *Linux) Reboot(ctx context.Context, method RebootMethod) error {
 	m, err := ParseRebootMethod(string(method))
 	if err != nil {
@@ -98,7 +100,7 @@ func (l *Linux) Reboot(ctx context.Context, method RebootMethod) error {
 		if socket == "" {
 			socket = DefaultDBusSocket
 		}
-		return systemdReboot(ctx, socket, l.SystemdTimeout)
+		return busReboot(ctx, socket, l.SystemdTimeout)
 	case RebootSysrq:
 		return l.Sysrq.Reboot()
 	default:

@@ -120,17 +120,24 @@ func (badReplySystemd) StartUnit(_, _ string) (string, *dbus.Error) { return "qu
 // call can follow without waiting.
 func serveSystemd(t *testing.T, address string, v any) {
 	t.Helper()
+	serveName(t, address, "org.freedesktop.systemd1", "/org/freedesktop/systemd1", "org.freedesktop.systemd1.Manager", v)
+}
+
+// serveName connects to the bus, exports v at path with interface iface
+// and takes the name.
+func serveName(t *testing.T, address, name string, path dbus.ObjectPath, iface string, v any) {
+	t.Helper()
 	conn, err := dbus.Connect(address)
 	if err != nil {
-		t.Fatalf("stand-in systemd: connect to %s: %v", address, err)
+		t.Fatalf("stand-in %s: connect to %s: %v", name, address, err)
 	}
 	t.Cleanup(func() { _ = conn.Close() })
-	if err := conn.Export(v, "/org/freedesktop/systemd1", "org.freedesktop.systemd1.Manager"); err != nil {
+	if err := conn.Export(v, path, iface); err != nil {
 		t.Fatal(err)
 	}
-	reply, err := conn.RequestName("org.freedesktop.systemd1", dbus.NameFlagDoNotQueue)
+	reply, err := conn.RequestName(name, dbus.NameFlagDoNotQueue)
 	if err != nil || reply != dbus.RequestNameReplyPrimaryOwner {
-		t.Fatalf("stand-in systemd: RequestName = %v, %v; want primary owner", reply, err)
+		t.Fatalf("stand-in %s: RequestName = %v, %v; want primary owner", name, reply, err)
 	}
 }
 
@@ -161,7 +168,7 @@ func TestSystemdRebootRefused(t *testing.T) {
 		t.Fatal("Reboot succeeded although systemd refused it")
 	}
 	t.Log(err)
-	for _, s := range []string{"Interactive authentication required.", "org.freedesktop.DBus.Error.AccessDenied", socket, "StartUnit", "CAP_SYS_ADMIN", "rebooter.method=sysrq"} {
+	for _, s := range []string{"Interactive authentication required.", "org.freedesktop.DBus.Error.AccessDenied", socket, "StartUnit", "uid 0", "rebooter.method=sysrq", "logind is not on this bus"} {
 		if !strings.Contains(err.Error(), s) {
 			t.Errorf("error %q lacks %q", err, s)
 		}
@@ -223,7 +230,7 @@ func TestSystemdRebootNoSocket(t *testing.T) {
 		t.Errorf("a missing socket is a mount to fix, not a security module: %v", err)
 	}
 	t.Log(err)
-	for _, s := range []string{socket, "cannot connect", "StartUnit", "directory /run/dbus", "rebooter.method=sysrq"} {
+	for _, s := range []string{socket, "cannot connect", "ask logind (else systemd) for a reboot", "directory /run/dbus", "rebooter.method=sysrq"} {
 		if !strings.Contains(err.Error(), s) {
 			t.Errorf("error %q lacks %q", err, s)
 		}
