@@ -42,9 +42,11 @@ var securityTable = map[string]containerSecurity{
 	"exporter/exporter": {privileged: true},
 	// The exporter's gate: the device plugin's, npu-smi included.
 	"exporter/wait-for-driver": {privileged: true},
-	// rebooter.method=systemd: a D-Bus call to the host's systemd, which
-	// lets a root peer with CAP_SYS_ADMIN start reboot.target.
-	"rebooter/rebooter": {capAdd: []string{"SYS_ADMIN"}},
+	// rebooter.method=systemd: a D-Bus call to the host's logind (or
+	// systemd), which grant a root peer without looking at its
+	// capabilities (docs/host-contract.md, section 8): root, no
+	// capability.
+	"rebooter/rebooter": {},
 	// rebooter.method=sysrq, or rebooter.fallbackMethod=sysrq: writes
 	// /proc/sysrq-trigger, which needs a writable /proc, which only a
 	// privileged container has.
