@@ -58,6 +58,9 @@ type RealNodeOptions struct {
 	// (the stand-in kit's) as its /usr/sbin/insmod (realnode.Config).
 	ReadOnlyRoot bool
 	Insmod       string
+	// NoLogind makes a node whose machine has no logind
+	// (realnode.Config.NoLogind).
+	NoLogind bool
 }
 
 // realNodeKit is what every real node of an Env shares, made on the
@@ -82,6 +85,7 @@ func (e *Env) AddRealNode(ctx context.Context, spec NodeSpec, opts ...RealNodeOp
 		if o.Insmod != "" {
 			opt.Insmod = o.Insmod
 		}
+		opt.NoLogind = opt.NoLogind || o.NoLogind
 	}
 	kernel, err := realnode.MachineKernel()
 	if err != nil {
@@ -136,6 +140,7 @@ func (e *Env) AddRealNode(ctx context.Context, spec NodeSpec, opts ...RealNodeOp
 		FirstBoot:    opt.FirstBoot,
 		ReadOnlyRoot: opt.ReadOnlyRoot,
 		Insmod:       opt.Insmod,
+		NoLogind:     opt.NoLogind,
 	})
 	if err != nil {
 		return nil, err

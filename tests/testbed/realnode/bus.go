@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -19,15 +20,53 @@ import (
 // The node's system bus (docs/host-contract.md, section 8): Debian's
 // dbus-daemon with its own system configuration (/usr/share/dbus-1/
 // system.conf: the socket /run/dbus/system_bus_socket, EXTERNAL
-// authentication, the policy files of /usr/share/dbus-1/system.d), and a
-// stand-in systemd owning org.freedesktop.systemd1.
+// authentication, the policy files of /usr/share/dbus-1/system.d), a
+// stand-in systemd owning org.freedesktop.systemd1 and, unless the node
+// has none (Config.NoLogind), a stand-in logind owning
+// org.freedesktop.login1 (logind.go).
 const (
 	dbusDaemon    = "/usr/bin/dbus-daemon"
 	systemBusDir  = "/run/dbus"
 	systemBusSock = systemBusDir + "/system_bus_socket"
-	// systemdPolicy is the bus policy systemd installs for its name.
+	// systemdPolicy and logindPolicy are the bus policies systemd
+	// installs for its names; logindService is the file by which the
+	// bus activates logind (systemd v252.39 src/login/
+	// org.freedesktop.login1.service).
 	systemdPolicy = "/usr/share/dbus-1/system.d/org.freedesktop.systemd1.conf"
+	logindPolicy  = "/usr/share/dbus-1/system.d/org.freedesktop.login1.conf"
+	logindService = "/usr/share/dbus-1/system-services/org.freedesktop.login1.service"
 )
+
+// logindPolicyXML is the part of logind's bus policy (systemd v252.39,
+// src/login/org.freedesktop.login1.conf) the node needs when its /usr
+// lacks the file: root owns and calls org.freedesktop.login1; anyone may
+// read its properties and call Inhibit and Reboot, which logind itself
+// then authorises.
+const logindPolicyXML = `<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-BUS Bus Configuration 1.0//EN"
+        "https://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
+<busconfig>
+        <policy user="root">
+                <allow own="org.freedesktop.login1"/>
+                <allow send_destination="org.freedesktop.login1"/>
+                <allow receive_sender="org.freedesktop.login1"/>
+        </policy>
+        <policy context="default">
+                <deny send_destination="org.freedesktop.login1"/>
+                <allow send_destination="org.freedesktop.login1"
+                       send_interface="org.freedesktop.DBus.Properties"
+                       send_member="Get"/>
+                <allow send_destination="org.freedesktop.login1"
+                       send_interface="org.freedesktop.DBus.Properties"
+                       send_member="GetAll"/>
+                <allow send_destination="org.freedesktop.login1"
+                       send_interface="org.freedesktop.login1.Manager"
+                       send_member="Inhibit"/>
+                <allow send_destination="org.freedesktop.login1"
+                       send_interface="org.freedesktop.login1.Manager"
+                       send_member="Reboot"/>
+        </policy>
+</busconfig>
+`
 
 // systemdPolicyXML is the part of systemd's own bus policy
 // (systemd v252, src/core/org.freedesktop.systemd1.conf) the node needs
@@ -52,12 +91,13 @@ const systemdPolicyXML = `<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-BUS 
 `
 
 // bus is a boot's system bus: the dbus-daemon process and the stand-in
-// systemd's connection.
+// systemd's and logind's connections.
 type bus struct {
-	daemon  *exec.Cmd
-	done    chan struct{}
-	conn    *dbus.Conn
-	systemd *standinSystemd
+	daemon     *exec.Cmd
+	done       chan struct{}
+	conn       *dbus.Conn
+	logindConn *dbus.Conn
+	systemd    *standinSystemd
 }
 
 // startBus starts the node's dbus-daemon (`--system`, in the node's
@@ -71,12 +111,23 @@ func (n *Node) startBus(ctx context.Context) error {
 	if err := os.MkdirAll(n.Path(systemBusDir), 0o755); err != nil {
 		return fmt.Errorf("node %s: %w", n.cfg.Name, err)
 	}
-	if _, err := os.Stat(n.Path(systemdPolicy)); errors.Is(err, fs.ErrNotExist) {
-		p := n.Path("/etc/dbus-1/system.d/org.freedesktop.systemd1.conf")
+	for _, pol := range []struct{ usr, xml string }{{systemdPolicy, systemdPolicyXML}, {logindPolicy, logindPolicyXML}} {
+		if _, err := os.Stat(n.Path(pol.usr)); !errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
 		if err := os.MkdirAll(n.Path("/etc/dbus-1/system.d"), 0o755); err != nil {
 			return fmt.Errorf("node %s: %w", n.cfg.Name, err)
 		}
-		if err := os.WriteFile(p, []byte(systemdPolicyXML), 0o644); err != nil {
+		if err := os.WriteFile(n.Path("/etc/dbus-1/system.d/"+filepath.Base(pol.usr)), []byte(pol.xml), 0o644); err != nil {
+			return fmt.Errorf("node %s: %w", n.cfg.Name, err)
+		}
+	}
+	if n.cfg.NoLogind {
+		// A machine without logind has no file by which the bus would
+		// start it: a call to org.freedesktop.login1 gets ServiceUnknown
+		// from the bus (docs/host-contract.md, section 8). Removed
+		// through the node's /usr overlay, the host's stays.
+		if err := os.Remove(n.Path(logindService)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return fmt.Errorf("node %s: %w", n.cfg.Name, err)
 		}
 	}
@@ -112,7 +163,18 @@ func (n *Node) startBus(ctx context.Context) error {
 	case <-ctx.Done():
 		return fmt.Errorf("node %s: waiting for dbus-daemon: %w", n.cfg.Name, ctx.Err())
 	}
-	return n.startSystemd(b)
+	if err := n.startSystemd(b); err != nil {
+		return err
+	}
+	if n.logind == nil {
+		return nil
+	}
+	conn, err := n.logind.connect("unix:path=" + n.Path(systemBusSock))
+	if err != nil {
+		return err
+	}
+	b.logindConn = conn
+	return nil
 }
 
 // startSystemd connects the stand-in systemd to the node's bus as root
@@ -149,8 +211,10 @@ func (b *bus) stop() {
 	if b == nil {
 		return
 	}
-	if b.conn != nil {
-		_ = b.conn.Close()
+	for _, c := range []*dbus.Conn{b.conn, b.logindConn} {
+		if c != nil {
+			_ = c.Close()
+		}
 	}
 	if b.daemon != nil && b.daemon.Process != nil {
 		_ = b.daemon.Process.Kill() // nsenter; the daemon dies with the node's init
@@ -217,7 +281,8 @@ func (s *standinSystemd) StartUnit(sender dbus.Sender, name, mode string) (dbus.
 // RestartBus restarts the node's system bus as `systemctl restart dbus`
 // does on a machine: the running dbus-daemon is stopped (SIGTERM, as
 // systemd stops it; it removes its socket) and a new one listens on a new
-// socket at the same path, with the stand-in systemd connected again.
+// socket at the same path, with the stand-in systemd and logind connected
+// again (logind keeps its inhibitors, as the process outlives the bus).
 // Whoever bind-mounted the old socket file keeps a dead one; whoever
 // mounted the directory /run/dbus sees the new socket.
 func (n *Node) RestartBus(ctx context.Context) error {
@@ -241,8 +306,10 @@ func (n *Node) RestartBus(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("node %s: dbus-daemon's pid: %w", n.cfg.Name, err)
 	}
-	if b.conn != nil {
-		_ = b.conn.Close()
+	for _, c := range []*dbus.Conn{b.conn, b.logindConn} {
+		if c != nil {
+			_ = c.Close()
+		}
 	}
 	if err := syscall.Kill(daemon, syscall.SIGTERM); err != nil {
 		return fmt.Errorf("node %s: stop dbus-daemon %d: %w", n.cfg.Name, daemon, err)

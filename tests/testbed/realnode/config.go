@@ -184,6 +184,14 @@ failSwapOn: false
 oomScoreAdj: 0
 resolvConf: /etc/resolv.conf
 serializeImagePulls: false
+# Graceful node shutdown: the kubelet takes a delay inhibitor lock of the
+# node's logind (the stand-in of logind.go) and, when logind announces a
+# shutdown, stops the pods (critical ones last) before it lets go. 5s is
+# logind's default InhibitDelayMaxSec, so the kubelet needs no logind.conf
+# override (k8s.io/kubernetes v1.37.1 pkg/kubelet/nodeshutdown
+# nodeshutdown_manager_linux.go start).
+shutdownGracePeriod: 5s
+shutdownGracePeriodCriticalPods: 2s
 # The disk is shared with the host and other nodes: evict only when it is
 # really full.
 evictionHard:

@@ -88,6 +88,11 @@ type Config struct {
 	// to load modules: modprobe reads only /lib/modules).
 	ReadOnlyRoot bool
 	Insmod       string
+	// NoLogind makes a node whose machine has no logind: nothing owns
+	// org.freedesktop.login1 on its bus and nothing would start it, so
+	// a reboot is asked of systemd directly and the kubelet's graceful
+	// node shutdown cannot run.
+	NoLogind bool
 }
 
 // Node is a running real node.
@@ -107,6 +112,10 @@ type Node struct {
 	reboots   int
 	rebootErr error
 	bus       *bus
+	// logind is the current boot's stand-in logind (nil with NoLogind);
+	// loginds every boot's, first boot first, guarded by hist.
+	logind  *standinLogind
+	loginds []*standinLogind
 	// pid is the current boot's init, read by Path and Command while a
 	// reboot may replace it.
 	pid     atomic.Int64
@@ -221,6 +230,14 @@ func (n *Node) boot(ctx context.Context, first bool) error {
 	if err := n.loadDriver(); err != nil {
 		return err
 	}
+	n.logind = nil
+	if !cfg.NoLogind {
+		n.logind = &standinLogind{node: cfg.Name, fifoDir: n.Path(inhibitDir), delayMax: defaultInhibitDelayMax,
+			rec: &LogindRecord{}, held: map[int]*os.File{}}
+	}
+	n.hist.Lock()
+	n.loginds = append(n.loginds, n.logind)
+	n.hist.Unlock()
 	if err := n.startBus(ctx); err != nil {
 		return err
 	}

@@ -77,3 +77,19 @@ func (n *Node) RebootErr() error {
 	defer n.hist.Unlock()
 	return n.rebootErr
 }
+
+// Logind is what the stand-in logind of the node's boot-th boot (0 the
+// first, as BootIDs) saw and did; ok is false for a boot without logind
+// (Config.NoLogind) or one that has not happened.
+func (n *Node) Logind(boot int) (rec LogindRecord, ok bool) {
+	n.hist.Lock()
+	var l *standinLogind
+	if boot >= 0 && boot < len(n.loginds) {
+		l = n.loginds[boot]
+	}
+	n.hist.Unlock()
+	if l == nil {
+		return LogindRecord{}, false
+	}
+	return l.record(), true
+}

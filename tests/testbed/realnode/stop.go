@@ -37,6 +37,7 @@ func (n *Node) Stop() error {
 // halt ends the current boot of the node. Called with n.mu held.
 func (n *Node) halt() error {
 	var errs []error
+	n.logind.stop()
 	n.bus.stop()
 	n.bus = nil
 	if n.init != nil && n.init.Process != nil {
