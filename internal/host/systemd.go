@@ -89,7 +89,7 @@ func busReboot(ctx context.Context, socket string, timeout time.Duration) error 
 		return lerr
 	}
 	if err := s.systemdReboot(conn); err != nil {
-		return fmt.Errorf("%w (asked systemd because logind is not on this bus: %v)", err, lerr)
+		return fmt.Errorf("%w (asked systemd because logind is not on this bus: %w)", err, lerr)
 	}
 	return nil
 }

@@ -46,7 +46,7 @@ type Options struct {
 	// Revision is the git commit, Source the repository URL.
 	Revision, Source string
 	// User is the config's "uid:gid": "65532:65532" for agents that need no
-	// privilege, "0:0" for npu-rebooter, which talks to the host's systemd.
+	// privilege, "0:0" for npu-rebooter, which talks to the host's logind and systemd.
 	User string
 	// Created is every timestamp in the image (tar entries, config,
 	// history, annotation). Zero means the Unix epoch: a timestamp taken

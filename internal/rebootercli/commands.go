@@ -149,7 +149,7 @@ func newRun(opts *cli.GlobalOptions) *cobra.Command {
 	fs.StringVar(&f.namespace, "namespace", "", "namespace of the reboot-slot Leases (the chart's namespace)")
 	fs.StringVar(&f.domain, "label-domain", contract.DefaultDomain, "domain of the node-contract labels and annotations")
 	fs.StringVar(&f.npuSelector, "npu-node-selector", contract.LabelNPUPresent+"=true", "label selector of the NPU nodes, counted by the storm protection")
-	fs.StringVar(&f.method, "method", string(host.RebootSystemd), "reboot method: systemd (clean reboot by the host's systemd over D-Bus; systemctl is an alias) or sysrq (immediate kernel reboot)")
+	fs.StringVar(&f.method, "method", string(host.RebootSystemd), "reboot method: systemd (clean reboot over the host's D-Bus system bus, as systemctl reboot: logind first, so the kubelet's graceful node shutdown runs, systemd where there is no logind; systemctl is an alias) or sysrq (immediate kernel reboot)")
 	fs.StringVar(&f.dbusSocket, "dbus-socket", host.DefaultDBusSocket, "the host's D-Bus system bus socket, for --method=systemd (the chart mounts the host's directory /run/dbus, so a restarted dbus-daemon's new socket is seen)")
 	fs.IntVar(&f.rebootAttempts, "reboot-attempts", reboot.DefaultRebootAttempts, "failed attempts of one pending reboot with --method before the rebooter tries --fallback-method, or stops trying and says so in a RebootFailed event")
 	fs.StringVar(&f.fallbackMethod, "fallback-method", "none", "reboot method tried once --method has failed --reboot-attempts times: none or sysrq")

@@ -107,7 +107,8 @@ func (l *standinLogind) connect(address string) (*dbus.Conn, error) {
 	if err != nil {
 		return nil, fmt.Errorf("node %s: stand-in logind: connect to the system bus: %w", l.node, err)
 	}
-	if err := conn.Auth(nil); err == nil {
+	err = conn.Auth(nil)
+	if err == nil {
 		err = conn.Hello()
 	}
 	if err != nil {
