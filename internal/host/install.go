@@ -69,6 +69,30 @@ func (l *Linux) CheckDriverTree() error {
 	}
 }
 
+// RunWrites are the host paths outside the driver tree the vendor .run
+// writes (hicann/driver v8.5.0 driver_atlas.xml: npu-smi in /usr/local/
+// bin and /usr/local/sbin, /usr/local/dcmi; deal_ko.sh: /lib/modules/
+// $(uname -r)/updates; run_driver_install.sh: /lib/davinci.conf).
+var RunWrites = []string{"/usr/local/bin", "/usr/local/sbin", "/usr/local/dcmi", "/lib/modules", "/lib/davinci.conf"}
+
+// CheckRunTargets refuses, before the .run starts, a host where it would
+// fail half-way: one of RunWrites on a read-only filesystem (KubeOS).
+func (l *Linux) CheckRunTargets() error {
+	for _, p := range RunWrites {
+		ro, err := l.ReadOnlyAncestor(p)
+		if err != nil {
+			return fmt.Errorf("check %s: %w", p, err)
+		}
+		if ro != "" {
+			return &ProblemError{
+				What: fmt.Sprintf("the vendor .run writes %s, and %s is on a read-only filesystem here (as / is on KubeOS)", strings.Join(RunWrites, ", "), ro),
+				Fix:  "set the profile's installMode: tree, with a driver image that carries an installed driver tree, and hostDriverPath under a writable path such as /var/lib/Ascend/driver (docs/installation.md, \"KubeOS and other read-only roots\")",
+			}
+		}
+	}
+	return nil
+}
+
 // InstallDriver installs version on the host as the vendor's
 // containerised installer does: the host's root at /host, the installer
 // run chrooted into it (`chroot /HOST_ROOT_TO_CONTAINER/ <run> --full
@@ -92,6 +116,9 @@ func (l *Linux) InstallDriver(ctx context.Context, version string, argv []string
 		return fmt.Errorf("install driver %s: no install command given", version)
 	}
 	if err := l.CheckDriverTree(); err != nil {
+		return err
+	}
+	if err := l.CheckRunTargets(); err != nil {
 		return err
 	}
 	staged := filepath.Join(StagingDir, version, filepath.Base(argv[0]))

@@ -88,6 +88,9 @@ func (l *Linux) InstallTree(ctx context.Context, version, imageTree string) erro
 	if err := os.RemoveAll(staging); err != nil {
 		return fmt.Errorf("remove the leftover copy %s: %w", root+stagingSuffix, err)
 	}
+	if err := os.MkdirAll(filepath.Dir(staging), 0o755); err != nil {
+		return fmt.Errorf("driver tree %s: %w", root, err)
+	}
 	if err := copyTree(ctx, imageTree, staging); err != nil {
 		_ = os.RemoveAll(staging)
 		return fmt.Errorf("copy the driver tree %s from the image to %s: %w", imageTree, root+stagingSuffix, err)

@@ -28,7 +28,8 @@ const kubeosRoot = "/var/lib/Ascend/driver"
 // values-kubeos.yaml's profile (installMode tree, the tree in
 // /var/lib/Ascend/driver) on a real node whose root is read-only apart
 // from /var, /etc, /run and /tmp, as KubeOS mounts it:
-//   - the vendor .run of run mode fails there (it writes /usr/local);
+//   - run mode refuses there, naming tree mode (the .run writes
+//     /usr/local);
 //   - tree mode installs (repairing what the .run left) and loads;
 //   - an upgrade and a rollback each install on the drained node, with
 //     one reboot that loads the new tree;
@@ -42,7 +43,7 @@ func TestRealNodeReadOnlyRootDriver(t *testing.T) {
 
 	if !t.Run("run mode fails on a read-only root", func(t *testing.T) {
 		b.t = t
-		ev := b.waitEvent(ctx, string(contract.EventDriverInstallFailed), "Read-only file system")
+		ev := b.waitEvent(ctx, string(contract.EventDriverInstallFailed), "set the profile's installMode: tree")
 		t.Logf("run mode: %s", ev.Message)
 	}) {
 		return
