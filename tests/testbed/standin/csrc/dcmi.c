@@ -226,14 +226,28 @@ int dcmi_get_driver_version(char *driver_ver, unsigned int len)
 	char *c, *js;
 	FILE *f;
 
-	/* The installer records its install path in /lib/davinci.conf
-	 * (hicann/driver v8.5.0 run_driver_install.sh pcie_load_path_set);
-	 * a container has the tree at /usr/local/Ascend/driver. */
-	js = read_file("/lib/davinci.conf");
-	if (js && (c = strstr(js, "DAVINCI_HOME_PATH=")) != NULL) {
-		c += strlen("DAVINCI_HOME_PATH=");
+	/* Where the tree is: DCMI reads Driver_Install_Path_Param of
+	 * /etc/ascend_install.info and appends /driver/version.info
+	 * (hicann/driver main, src/custom/dev_prod/user/dcmi/dcmi_inner/src/
+	 * dcmi_inner_info_get.c dcmi_get_install_path, DRV_INSTALL_PATH_INFO
+	 * in dcmi_common.h); the installer also records it in
+	 * /lib/davinci.conf (run_driver_install.sh pcie_load_path_set), which
+	 * a read-only root lacks; a container has the tree at
+	 * /usr/local/Ascend/driver. The real call asks the loaded driver;
+	 * the stand-in, which has none, reads the tree that was loaded. */
+	js = read_file("/etc/ascend_install.info");
+	if (js && (c = strstr(js, "Driver_Install_Path_Param=")) != NULL) {
+		c += strlen("Driver_Install_Path_Param=");
 		c[strcspn(c, "\r\n")] = 0;
 		snprintf(vpath, sizeof(vpath), "%s/driver/version.info", c);
+	} else {
+		free(js);
+		js = read_file("/lib/davinci.conf");
+		if (js && (c = strstr(js, "DAVINCI_HOME_PATH=")) != NULL) {
+			c += strlen("DAVINCI_HOME_PATH=");
+			c[strcspn(c, "\r\n")] = 0;
+			snprintf(vpath, sizeof(vpath), "%s/driver/version.info", c);
+		}
 	}
 	free(js);
 	path_of(conf, sizeof(conf), vpath);
