@@ -13,6 +13,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 
@@ -52,12 +53,11 @@ func (l *Linux) InstalledTree() (string, bool, error) {
 	if err != nil {
 		return v, false, err
 	}
-	for _, p := range need {
-		if _, err := os.Stat(l.Path(p)); err != nil {
-			return v, false, nil
-		}
-	}
-	return v, true, nil
+	whole := !slices.ContainsFunc(need, func(p string) bool {
+		_, err := os.Stat(l.Path(p))
+		return err != nil
+	})
+	return v, whole, nil
 }
 
 // InstallTree installs the driver tree imageTree (a path in this

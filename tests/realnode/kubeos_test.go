@@ -108,7 +108,9 @@ func TestRealNodeReadOnlyRootDriver(t *testing.T) {
 func newTreeBed(ctx context.Context, t *testing.T) *installBed {
 	t.Helper()
 	b, kit := startBed(ctx, t, bedSpec{prefix: "kubeos", os: "oe2403sp3", readOnlyRoot: true, root: kubeosRoot,
-		image: func(u *standin.UserSpace, kernel string) (v1.ImageIndex, error) { return u.DriverTreeImage(kernel, nil) }})
+		image: func(u *standin.UserSpace, kernel string) (v1.ImageIndex, error) {
+			return u.DriverTreeImage(kernel, nil)
+		}})
 	b.vals["driver"].(map[string]any)["profiles"].([]any)[0].(map[string]any)["installMode"] = "run"
 	b.vals["devicePlugin"] = map[string]any{"dataTraceHostPath": "/var/lib/mindx/datatrace-config"}
 	u, err := kit.UserSpace(standin.Model910B)
