@@ -210,7 +210,13 @@ func (q *query) see(h *tar.Header, name string, data []byte, truncated bool) boo
 		}
 		q.done = true
 		return true
-	case q.dir && path.Dir(name) == q.cur && (h.Typeflag == tar.TypeReg || h.Typeflag == tar.TypeLink):
+	case q.dir && strings.HasPrefix(name, q.cur+"/"):
+		// Something in the directory: it exists, even in a layer that
+		// has no entry of its own for it.
+		q.dirSeen = true
+		if path.Dir(name) != q.cur || h.Typeflag != tar.TypeReg && h.Typeflag != tar.TypeLink {
+			return false
+		}
 		if ok, _ := path.Match(q.ans.Match, path.Base(name)); !ok {
 			return false
 		}

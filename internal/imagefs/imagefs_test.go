@@ -152,6 +152,9 @@ func TestLook(t *testing.T) {
 		"directory without a module": {func(t *testing.T) []v1.Layer {
 			return []v1.Layer{layer(t, e{"usr/local/Ascend/driver/host/", ""}, e{"usr/local/Ascend/driver/host/sub/", ""}, e{"usr/local/Ascend/driver/host/sub/x.ko", "x"})}
 		}, koProbe, false, "/usr/local/Ascend/driver/host holds no file matching *.ko"},
+		"directory without an entry of its own, without a module": {func(t *testing.T) []v1.Layer {
+			return []v1.Layer{layer(t, e{"usr/local/Ascend/driver/host/README", "x"})}
+		}, koProbe, false, "/usr/local/Ascend/driver/host holds no file matching *.ko"},
 		"directory whose only module a later layer deletes": {func(t *testing.T) []v1.Layer {
 			return []v1.Layer{
 				layer(t, e{"usr/local/Ascend/driver/host/", ""}, e{"usr/local/Ascend/driver/host/drv_pcie_host.ko", "x"}),
