@@ -14,6 +14,7 @@ import (
 
 	"github.com/openfuyao/npu-stack/internal/cli"
 	"github.com/openfuyao/npu-stack/internal/contract"
+	"github.com/openfuyao/npu-stack/internal/drivertree"
 	"github.com/openfuyao/npu-stack/internal/preflight"
 	"github.com/openfuyao/npu-stack/internal/rollout"
 )
@@ -33,9 +34,13 @@ type preflightFlags struct {
 	drainEmptyDir  bool
 	drainSelector  string
 	skipImageCheck bool
+	skipContents   bool
 	insecure       bool
 	pullSecretDir  string
 	imageTimeout   time.Duration
+	contentTimeout time.Duration
+	installer      string
+	imageTree      string
 }
 
 // NewPreflight is `npu-hooks preflight`.
@@ -47,7 +52,11 @@ func NewPreflight(g *cli.GlobalOptions) *cobra.Command {
 		Long: `Checks, before Helm changes anything: every NPU node is covered by exactly
 one driver profile; each used profile's driver image exists in its registry
 (with the chart's pull secrets; --skip-image-check for air-gapped
-registries); the maxUnavailable budget is not already spent by cordoned or
+registries) and holds what the profile's install mode needs, for each
+architecture of its nodes: the installer (run) or the driver tree (tree),
+whose version.info must name --driver-version (its layers are streamed,
+tar headers only, top layer first, within --image-content-timeout;
+--skip-image-content-check skips that); the maxUnavailable budget is not already spent by cordoned or
 NotReady nodes; the NPU pods on nodes to upgrade can be evicted under the
 policy (unmanaged pods need force, emptyDir data needs deleteEmptyDir).`,
 		Args: cobra.NoArgs,
@@ -79,7 +88,12 @@ policy (unmanaged pods need force, emptyDir data needs deleteEmptyDir).`,
 				for i, p := range res.Problems {
 					lines[i] = "  - " + p.String()
 				}
-				return cli.Terminalf("preflight refused the change; it would get stuck:\n%s", strings.Join(lines, "\n"))
+				return cli.Terminalf("preflight refused the change; it would get stuck:\n%s%s", strings.Join(lines, "\n"), warnings(res.Warnings))
+			}
+			if len(res.Warnings) > 0 {
+				if _, err := fmt.Fprintln(out, strings.TrimPrefix(warnings(res.Warnings), "\n")); err != nil {
+					return err
+				}
 			}
 			log.WithField("nodes", len(in.Nodes)).Info("preflight passed")
 			_, err = fmt.Fprintf(out, "preflight passed: %d NPU nodes, %d driver profiles, %d nodes to move to driver %s\n",
@@ -92,7 +106,7 @@ policy (unmanaged pods need force, emptyDir data needs deleteEmptyDir).`,
 	fs.BoolVar(&f.driverEnabled, "driver-enabled", true, "the chart manages the driver (false: pre-installed driver, nothing to check)")
 	fs.StringVar(&f.driverVersion, "driver-version", "", "the driver version being installed (driver.version)")
 	fs.StringVar(&f.profileLabels, "profile-labels", "chip="+contract.LabelChip+",kernel="+contract.LabelKernel+",os="+contract.LabelOS, "node label keys of a profile's chip, kernel and os")
-	fs.StringArrayVar(&f.profiles, "profile", nil, `a driver profile as JSON: {"name","chip","kernel","os","nodeSelector","image"} (repeatable)`)
+	fs.StringArrayVar(&f.profiles, "profile", nil, `a driver profile as JSON: {"name","chip","kernel","os","nodeSelector","image","installMode"} (repeatable; installMode run, the default, or tree)`)
 	fs.StringVar(&f.maxUnavailable, "max-unavailable", "25%", "driver.upgradePolicy.maxUnavailable")
 	fs.StringVar(&f.waitSelector, "wait-for-completion-selector", "", "driver.upgradePolicy.waitForCompletion.podSelector")
 	fs.BoolVar(&f.podDelForce, "npu-pod-deletion-force", false, "driver.upgradePolicy.npuPodDeletion.force")
@@ -104,6 +118,10 @@ policy (unmanaged pods need force, emptyDir data needs deleteEmptyDir).`,
 	fs.BoolVar(&f.skipImageCheck, "skip-image-check", false, "do not ask the registry whether the driver images exist (air-gapped registries)")
 	fs.BoolVar(&f.insecure, "insecure-registry", false, "talk plain HTTP to the driver image registry")
 	fs.DurationVar(&f.imageTimeout, "image-check-timeout", 30*time.Second, "how long to wait for the registry's answer about one driver image before refusing")
+	fs.BoolVar(&f.skipContents, "skip-image-content-check", false, "do not read the driver images' layers for what the install mode needs (the tag is still checked)")
+	fs.DurationVar(&f.contentTimeout, "image-content-timeout", preflight.DefaultContentTimeout, "how long reading one driver image's layers may take before refusing (helm's --timeout bounds the whole hook)")
+	fs.StringVar(&f.installer, "driver-installer", "/usr/local/Ascend/driver.run", "driver.installCommand[0]: the installer in the image of a run-mode profile")
+	fs.StringVar(&f.imageTree, "driver-image-tree", drivertree.DefaultImageTree, "driver.imageTreePath: the driver tree in the image of a tree-mode profile")
 	fs.StringVar(&f.pullSecretDir, "pull-secret-dir", "/etc/npu-stack/pull-secrets", "directory of mounted imagePullSecrets (<dir>/<secret>/.dockerconfigjson)")
 	return cmd
 }
@@ -140,8 +158,13 @@ func (f *preflightFlags) input() (preflight.Input, kubernetes.Interface, error) 
 		if err != nil {
 			return in, nil, cli.Terminal(err)
 		}
-		in.Images = preflight.Registry{Keychain: kc, Insecure: f.insecure, Timeout: f.imageTimeout}
+		reg := preflight.Registry{Keychain: kc, Insecure: f.insecure, Timeout: f.imageTimeout, ContentTimeout: f.contentTimeout}
+		in.Images = reg
+		if !f.skipContents {
+			in.Contents = reg
+		}
 	}
+	in.DriverInstaller, in.DriverImageTree = f.installer, f.imageTree
 	client, _, err := f.cluster.client.Client()
 	return in, client, err
 }
@@ -184,4 +207,16 @@ func parseProfileLabels(s string) (preflight.ProfileLabels, error) {
 		return l, fmt.Errorf("--profile-labels %q: chip, kernel and os are all required", s)
 	}
 	return l, nil
+}
+
+// warnings lists ws one a line after a heading line, or nothing.
+func warnings(ws []preflight.Problem) string {
+	if len(ws) == 0 {
+		return ""
+	}
+	lines := make([]string, len(ws))
+	for i, w := range ws {
+		lines[i] = "  - " + w.String()
+	}
+	return "\nwarnings (not refused):\n" + strings.Join(lines, "\n")
 }

@@ -36,6 +36,9 @@ type Registry struct {
 	// Timeout bounds one image's check, so an unreachable registry is an
 	// error, not a hung hook. Default 30 s.
 	Timeout time.Duration
+	// ContentTimeout bounds the reading of one image's layers by
+	// Contents. Default DefaultContentTimeout.
+	ContentTimeout time.Duration
 }
 
 // ErrMissingArch is an image that exists but not for an architecture of
@@ -43,17 +46,9 @@ type Registry struct {
 var ErrMissingArch = errors.New("no variant for the nodes' architecture")
 
 func (r Registry) Check(ctx context.Context, image string, archs []string) error {
-	var opts []name.Option
-	if r.Insecure {
-		opts = append(opts, name.Insecure)
-	}
-	ref, err := name.ParseReference(image, opts...)
+	ref, kc, err := r.reference(image)
 	if err != nil {
-		return fmt.Errorf("invalid image reference: %w", err)
-	}
-	kc := r.Keychain
-	if kc == nil {
-		kc = authn.DefaultKeychain
+		return err
 	}
 	timeout := r.Timeout
 	if timeout <= 0 {

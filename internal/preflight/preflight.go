@@ -1,7 +1,8 @@
 // Package preflight refuses, before Helm changes anything, an install or
 // upgrade that would get stuck: NPU nodes no driver profile covers, driver
-// images that do not exist, an unavailability budget already spent, and
-// NPU pods the rollout would not be allowed to evict.
+// images that do not exist or lack what their profile's install mode needs
+// (or hold another driver version), an unavailability budget already
+// spent, and NPU pods the rollout would not be allowed to evict.
 package preflight
 
 import (
@@ -9,6 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"slices"
 	"sort"
@@ -21,6 +23,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/openfuyao/npu-stack/internal/contract"
+	"github.com/openfuyao/npu-stack/internal/drivertree"
 	"github.com/openfuyao/npu-stack/internal/kube"
 	"github.com/openfuyao/npu-stack/internal/rollout"
 )
@@ -33,6 +36,9 @@ type Profile struct {
 	OS           string            `json:"os"`
 	NodeSelector map[string]string `json:"nodeSelector"`
 	Image        string            `json:"image"`
+	// InstallMode is driver.profiles[].installMode: what the image must
+	// hold (drivertree.Required); "" is drivertree.ModeRun.
+	InstallMode string `json:"installMode,omitempty"`
 }
 
 // ParseProfile reads a --profile value (JSON).
@@ -45,6 +51,9 @@ func ParseProfile(s string) (Profile, error) {
 	}
 	if p.Name == "" || p.Chip == "" || p.Kernel == "" || p.OS == "" {
 		return p, fmt.Errorf("profile %s: name, chip, kernel and os are required", s)
+	}
+	if p.InstallMode != "" && p.InstallMode != drivertree.ModeRun && p.InstallMode != drivertree.ModeTree {
+		return p, fmt.Errorf("profile %s: installMode %q: want %q or %q", s, p.InstallMode, drivertree.ModeRun, drivertree.ModeTree)
 	}
 	return p, nil
 }
@@ -77,6 +86,13 @@ type Input struct {
 	Evictable func(ctx context.Context, node string) error
 	// Images checks that an image exists; nil skips the check.
 	Images ImageChecker
+	// Contents reads what an existing image holds, checked against
+	// its profile's install mode; nil skips the check.
+	Contents ContentChecker
+	// DriverInstaller is driver.installCommand[0], DriverImageTree
+	// driver.imageTreePath: where the image holds the installer (mode
+	// run) or the driver tree (mode tree).
+	DriverInstaller, DriverImageTree string
 }
 
 // Problem is one reason to refuse.
@@ -93,6 +109,8 @@ type Result struct {
 	Problems []Problem
 	// ToUpgrade are the nodes whose loaded driver differs from the new one.
 	ToUpgrade []string
+	// Warnings are worth a look but no reason to refuse.
+	Warnings []Problem
 }
 
 // VendorDriverRepository is where the precompiled driver images are
@@ -155,12 +173,51 @@ func Run(ctx context.Context, in Input) (Result, error) {
 			slices.Sort(a)
 			if err := in.Images.Check(ctx, p.Image, a); err != nil {
 				r.Problems = append(r.Problems, Problem{"profile/" + p.Name, imageProblem(p.Image, err)})
+				continue
+			}
+			if in.Contents != nil {
+				probs, warns := checkContents(ctx, in, p, a)
+				r.Problems, r.Warnings = append(r.Problems, probs...), append(r.Warnings, warns...)
 			}
 		}
 	}
 	r.Problems = append(r.Problems, budgetAndWorkloads(ctx, in, &r)...)
 	sort.SliceStable(r.Problems, func(i, j int) bool { return r.Problems[i].Object < r.Problems[j].Object })
+	sort.SliceStable(r.Warnings, func(i, j int) bool { return r.Warnings[i].Object < r.Warnings[j].Object })
 	return r, nil
+}
+
+// checkContents reads what p's image holds for the architectures a and
+// judges it against p's install mode.
+func checkContents(ctx context.Context, in Input, p Profile, a []string) (probs, warns []Problem) {
+	obj := "profile/" + p.Name
+	need := Need{Mode: p.InstallMode, Installer: in.DriverInstaller, Tree: in.DriverImageTree, Version: in.DriverVersion}
+	probes, err := need.Probes()
+	if err != nil {
+		return []Problem{{obj, fmt.Sprintf("%v; set driver.installCommand, or the profile's installMode", err)}}, nil
+	}
+	ans, err := in.Contents.Contents(ctx, p.Image, a, probes)
+	if err != nil {
+		return []Problem{{obj, contentsProblem(p.Image, err)}}, nil
+	}
+	for _, platform := range slices.Sorted(maps.Keys(ans)) {
+		for _, msg := range need.Judge(p.Image, platform, ans[platform]) {
+			probs = append(probs, Problem{obj, msg})
+		}
+		if w := need.NameWarning(p.Image, platform, ans[platform]); w != "" {
+			warns = append(warns, Problem{obj, w})
+		}
+	}
+	return probs, warns
+}
+
+// contentsProblem says what to do about an image whose layers could not
+// be read.
+func contentsProblem(image string, err error) string {
+	if errors.Is(err, ErrContentTimeout) {
+		return fmt.Sprintf("driver image %s: %v; raise hooks.preflight.imageContentTimeoutSeconds (helm's --timeout bounds the whole hook: raise it too), or set hooks.preflight.skipImageContentCheck=true to skip reading the image", image, err)
+	}
+	return fmt.Sprintf("driver image %s cannot be read: %v; fix the registry or imagePullSecrets, or set hooks.preflight.skipImageContentCheck=true to skip reading the image", image, err)
 }
 
 func budgetAndWorkloads(ctx context.Context, in Input, r *Result) []Problem {

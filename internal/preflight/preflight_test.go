@@ -161,7 +161,10 @@ func TestParseProfile(t *testing.T) {
 	if err != nil || p.NodeSelector["x"] != "y" || p.Image != "r/i:t" {
 		t.Fatalf("%+v %v", p, err)
 	}
-	for _, bad := range []string{`{`, `{"name":"a"}`, `{"name":"a","chip":"c","kernel":"k","os":"o","extra":1}`} {
+	if p, err := ParseProfile(`{"name":"a","chip":"910b","kernel":"k","os":"o","installMode":"tree"}`); err != nil || p.InstallMode != "tree" {
+		t.Fatalf("%+v %v", p, err)
+	}
+	for _, bad := range []string{`{`, `{"name":"a"}`, `{"name":"a","chip":"c","kernel":"k","os":"o","extra":1}`, `{"name":"a","chip":"c","kernel":"k","os":"o","installMode":"copy"}`} {
 		if _, err := ParseProfile(bad); err == nil {
 			t.Errorf("ParseProfile(%s) accepted", bad)
 		}

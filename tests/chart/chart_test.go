@@ -244,7 +244,7 @@ func TestHooksWeightsAndDeletePolicies(t *testing.T) {
 		}
 	}
 	if got := strs(podSpec(t, pre)["containers"].([]any)[0].(map[string]any)["args"]); got[0] != "preflight" ||
-		!hasArg(got, `--profile={"chip":"910b","image":"docker.io/alaudadockerhub/ascend-driver:25.5.0-910b-5.15.0-105-generic-ubuntu22.04","kernel":"5.15.0-105-generic","name":"910b","nodeSelector":{},"os":"ubuntu22.04"}`) {
+		!hasArg(got, `--profile={"chip":"910b","image":"docker.io/alaudadockerhub/ascend-driver:25.5.0-910b-5.15.0-105-generic-ubuntu22.04","installMode":"run","kernel":"5.15.0-105-generic","name":"910b","nodeSelector":{},"os":"ubuntu22.04"}`) {
 		t.Errorf("preflight args %q", got)
 	}
 	roll := r.find("Job", "npu-stack-rollout")

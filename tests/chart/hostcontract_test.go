@@ -455,7 +455,7 @@ func TestProfileImageKernel(t *testing.T) {
 		t.Errorf("driver image %v, want the tag with imageKernel", img)
 	}
 	pre := strs(podSpec(t, r.find("Job", "npu-stack-preflight"))["containers"].([]any)[0].(map[string]any)["args"])
-	want := `--profile={"chip":"910b","image":"docker.io/alaudadockerhub/ascend-driver:25.5.0-910b-6.6.0-145.0.4.135-oe2403sp3","kernel":"6.6.0-145.0.4.135.oe2403sp3.aarch64","name":"910b-kubeos","nodeSelector":{},"os":"oe2403sp3"}`
+	want := `--profile={"chip":"910b","image":"docker.io/alaudadockerhub/ascend-driver:25.5.0-910b-6.6.0-145.0.4.135-oe2403sp3","installMode":"run","kernel":"6.6.0-145.0.4.135.oe2403sp3.aarch64","name":"910b-kubeos","nodeSelector":{},"os":"oe2403sp3"}`
 	if !hasArg(pre, want) {
 		t.Errorf("preflight args %q lack %s", pre, want)
 	}

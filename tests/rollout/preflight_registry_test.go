@@ -21,6 +21,9 @@ func driverRef(reg *testbed.Registry, chip string) string {
 	return fmt.Sprintf("%s/alaudadockerhub/ascend-driver:2.0-%s-5.15.0-105-generic-ubuntu22.04", reg.Host, chip)
 }
 
+// runImage is a driver image holding the chart's default installer.
+var runImage = testbed.StandInDriver{Installer: "/usr/local/Ascend/driver.run"}
+
 // TestPreflightChecksDriverImagesInTheRegistry asks the test bed's real
 // registry (CNCF distribution) what a kubelet's pull would find.
 func TestPreflightChecksDriverImagesInTheRegistry(t *testing.T) {
@@ -34,7 +37,7 @@ func TestPreflightChecksDriverImagesInTheRegistry(t *testing.T) {
 	tag := fmt.Sprintf("2.0-%d", time.Now().UnixNano()%100000)
 	ref910, ref310 := strings.Replace(driverRef(reg, "910b"), ":2.0-", ":"+tag+"-", 1), strings.Replace(driverRef(reg, "310p"), ":2.0-", ":"+tag+"-", 1)
 	for _, ref := range []string{ref910, ref310} {
-		if err := reg.PushStandIn(ctx, ref); err != nil {
+		if err := reg.PushStandInDriver(ctx, ref, runImage); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -49,7 +52,7 @@ func TestPreflightChecksDriverImagesInTheRegistry(t *testing.T) {
 	})
 	t.Run("one profile's tag deleted", func(t *testing.T) {
 		gone := strings.Replace(ref310, tag, tag+"-gone", 1)
-		if err := reg.PushStandIn(ctx, gone); err != nil {
+		if err := reg.PushStandInDriver(ctx, gone, runImage); err != nil {
 			t.Fatal(err)
 		}
 		if err := reg.DeleteTag(ctx, gone); err != nil {
@@ -64,7 +67,7 @@ func TestPreflightChecksDriverImagesInTheRegistry(t *testing.T) {
 	})
 	t.Run("image for amd64 only while arm64 NPU nodes exist", func(t *testing.T) {
 		amd := strings.Replace(ref910, tag, tag+"-amd64only", 1)
-		if err := reg.PushStandIn(ctx, amd, "amd64"); err != nil {
+		if err := reg.PushStandInDriver(ctx, amd, runImage, "amd64"); err != nil {
 			t.Fatal(err)
 		}
 		profiles := []string{profileArg(t, "910b", "910b", amd), profileArg(t, "310p", "310p", ref310)}
@@ -92,7 +95,7 @@ func TestPreflightPrivateRegistry(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = priv.Stop() })
 	ref := driverRef(priv, "910b")
-	if err := priv.PushStandIn(ctx, ref); err != nil {
+	if err := priv.PushStandInDriver(ctx, ref, runImage); err != nil {
 		t.Fatal(err)
 	}
 	_, sel := preflightFleet(ctx, t, 1, testbed.NodeSpec{})

@@ -6,8 +6,11 @@ import (
 	"strings"
 
 	"helm.sh/helm/v3/pkg/chart"
+	"helm.sh/helm/v3/pkg/release"
 	"helm.sh/helm/v3/pkg/releaseutil"
 	"sigs.k8s.io/yaml"
+
+	"github.com/openfuyao/npu-stack/internal/drivertree"
 )
 
 // prepare loads the chart to install and completes vals; unless
@@ -27,7 +30,7 @@ func (h *Helm) prepare(ctx context.Context, vals map[string]any, opts InstallOpt
 		// Invalid values: the install itself reports them as helm would.
 		return ch, vals, nil //nolint:nilerr // the error belongs to the install
 	}
-	if err := h.mirror(ctx, rel.Manifest); err != nil {
+	if err := h.mirror(ctx, rel); err != nil {
 		return nil, nil, err
 	}
 	return ch, vals, nil
@@ -41,28 +44,76 @@ func (h *Helm) MirrorDriverImages(ctx context.Context, vals map[string]any) erro
 	if err != nil {
 		return err
 	}
-	return h.mirror(ctx, rel.Manifest)
+	return h.mirror(ctx, rel)
 }
 
-func (h *Helm) mirror(ctx context.Context, manifest string) error {
+func (h *Helm) mirror(ctx context.Context, rel *release.Release) error {
 	if h.reg == nil {
 		return fmt.Errorf("mirror driver images: the chart is not installed from the test-bed registry")
 	}
-	for _, ref := range DriverImages(manifest) {
+	for ref, d := range DriverStandIns(rel) {
 		if !strings.HasPrefix(ref, h.reg.Host+"/") || h.reg.Has(ctx, ref) {
 			continue
 		}
-		if err := h.reg.PushStandIn(ctx, ref); err != nil {
+		if err := h.reg.PushStandInDriver(ctx, ref, d); err != nil {
 			return fmt.Errorf("mirror driver image: %w", err)
 		}
 	}
 	return nil
 }
 
-// DriverImages lists the images of the driver containers in a rendered
-// manifest: what the release's driver DaemonSets will pull.
-func DriverImages(manifest string) []string {
-	var out []string
+// DriverStandIns are the driver images a rendered release pulls, each
+// with what its stand-in holds so that preflight's reading of it passes:
+// the installer the driver DaemonSet runs (driver.installCommand[0], after
+// driver-entry's "--"), and the installed tree at the preflight Job's
+// --driver-image-tree (drivertree.DefaultImageTree without that Job),
+// whose version.info names the DaemonSet's --driver-version.
+func DriverStandIns(rel *release.Release) map[string]StandInDriver {
+	tree := drivertree.DefaultImageTree
+	for _, hook := range rel.Hooks {
+		for _, c := range containersOf(hook.Manifest, "Job", "") {
+			if c.Name != "preflight" {
+				continue
+			}
+			for _, a := range c.Args {
+				if v, ok := strings.CutPrefix(a, "--driver-image-tree="); ok {
+					tree = v
+				}
+			}
+		}
+	}
+	out := map[string]StandInDriver{}
+	for _, c := range containersOf(rel.Manifest, "DaemonSet", "npu-driver-daemonset") {
+		if c.Name != "driver" {
+			continue
+		}
+		d := StandInDriver{Tree: tree}
+		for i, a := range c.Command {
+			if v, ok := strings.CutPrefix(a, "--driver-version="); ok {
+				d.Version = v
+			}
+			if a == "--" && i+1 < len(c.Command) {
+				d.Installer = c.Command[i+1]
+				break
+			}
+		}
+		out[c.Image] = d
+	}
+	return out
+}
+
+// container is what the test bed reads of a rendered container.
+type container struct {
+	Name    string   `json:"name"`
+	Image   string   `json:"image"`
+	Command []string `json:"command"`
+	Args    []string `json:"args"`
+}
+
+// containersOf lists the containers of the pod templates of kind in a
+// rendered manifest, of the objects labelled app=<app> when app is set.
+func containersOf(manifest, kind, app string) []container {
+	var out []container
 	for _, doc := range releaseutil.SplitManifests(manifest) {
 		var obj struct {
 			Kind     string `json:"kind"`
@@ -72,21 +123,26 @@ func DriverImages(manifest string) []string {
 			Spec struct {
 				Template struct {
 					Spec struct {
-						Containers []struct {
-							Name  string `json:"name"`
-							Image string `json:"image"`
-						} `json:"containers"`
+						Containers []container `json:"containers"`
 					} `json:"spec"`
 				} `json:"template"`
 			} `json:"spec"`
 		}
-		if yaml.Unmarshal([]byte(doc), &obj) != nil || obj.Kind != "DaemonSet" || obj.Metadata.Labels["app"] != "npu-driver-daemonset" {
+		if yaml.Unmarshal([]byte(doc), &obj) != nil || obj.Kind != kind || app != "" && obj.Metadata.Labels["app"] != app {
 			continue
 		}
-		for _, c := range obj.Spec.Template.Spec.Containers {
-			if c.Name == "driver" {
-				out = append(out, c.Image)
-			}
+		out = append(out, obj.Spec.Template.Spec.Containers...)
+	}
+	return out
+}
+
+// DriverImages lists the images of the driver containers in a rendered
+// manifest: what the release's driver DaemonSets will pull.
+func DriverImages(manifest string) []string {
+	var out []string
+	for _, c := range containersOf(manifest, "DaemonSet", "npu-driver-daemonset") {
+		if c.Name == "driver" {
+			out = append(out, c.Image)
 		}
 	}
 	return out
