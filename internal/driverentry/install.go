@@ -233,6 +233,9 @@ func (d Deps) installFailed(ctx context.Context, cfg Config, node *corev1.Node, 
 		if l := lastLine(ee.Stderr, ee.Output); l != "" {
 			last = fmt.Sprintf(" (installer's last words: %q)", l)
 		}
+		if why := installerRefusal(cfg.DriverVersion, ee.Output, ee.Stderr); why != "" {
+			fix = "; " + why
+		}
 	}
 	msg := fmt.Sprintf("node %s: driver %s was not installed: %v%s%s (%s)", cfg.NodeName, cfg.DriverVersion, err, last, fix, then)
 	bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), bookkeepingTimeout)
