@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -122,6 +123,41 @@ func TestInstallerRefusesWhileChipsAreHeld(t *testing.T) {
 	code, out = n.run(stagedRun, "--full", "--quiet")
 	if code != 2 || !strings.Contains(out, "Reboot needed for installation/upgrade to take effect!") {
 		t.Errorf("install once the holder has closed /dev/davinci0: exit %d, want 2 and the reboot notice:\n%s", code, out)
+	}
+	checkIntact(t, n, "after the install")
+}
+
+// firmwareMessage is the installer's refusal on NPU firmware from which
+// the package cannot be installed directly (hicann/driver v8.5.0
+// env_check.sh please_change_RC1driver_package() l.244-248, drvEcho's
+// "[Driver] [<date>] " before it, log_common.sh l.19-22).
+const firmwareMessage = "[WARNING]Download and install the 23.0.RC1 driver package. Then upgrade to the target version. \n"
+
+// TestInstallerRefusesFirmware: over a loaded driver, the package refuses
+// as upstream's does, exit 1, when the firmware's version.info under the
+// recorded install path has 11 as its version's second field, leaving the
+// installed package as it was; other firmware lets it install.
+func TestInstallerRefusesFirmware(t *testing.T) {
+	u := buildUserSpace(t)
+	n := installedNode(t, u, 2)
+	fw := n.at("/usr/local/Ascend/firmware/version.info")
+	if err := os.MkdirAll(filepath.Dir(fw), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// Only the field upstream's awk -F. reads matters here.
+	if err := os.WriteFile(fw, []byte("Version=6.11.0.1\n"), 0o444); err != nil {
+		t.Fatal(err)
+	}
+	code, out := n.run(stagedRun, "--full", "--quiet")
+	if code != 1 || !strings.Contains(out, firmwareMessage) || !strings.Contains(out, "[INFO]End time: ") {
+		t.Fatalf("install over firmware x.11: exit %d, want 1 and upstream's %q; output:\n%s", code, firmwareMessage, out)
+	}
+	checkIntact(t, n, "after the refused install")
+	if err := os.WriteFile(fw, []byte("Version=7.7.0.1.231\n"), 0o444); err != nil {
+		t.Fatal(err)
+	}
+	if code, out := n.run(stagedRun, "--full", "--quiet"); code != 2 {
+		t.Errorf("install over other firmware: exit %d, want 2:\n%s", code, out)
 	}
 	checkIntact(t, n, "after the install")
 }

@@ -75,6 +75,31 @@ log() {
 info=/etc/ascend_install.info
 updates="/lib/modules/$(uname -r)/updates"
 
+# env_check.sh check_pkg_firmware_version() (l.261-286) over a loaded
+# driver (drv_pcie_host or drv_vpcie loaded: first_time=n): the firmware's
+# version.info under the recorded install path, whose Version= line's
+# second dot-separated field is 11, refuses every install
+# (check_firmware_version_byfile() l.237-242, please_change_RC1driver_package()
+# l.244-248, printed by drvEcho and ended by exitLog 1, log_common.sh
+# l.19-29). Upstream looks only when 910B chips (PCI 19e5:d802) are present;
+# the test bed's nodes have no PCI devices, so the stand-in looks for every
+# model. A first install reads the chips' PCI BAR instead
+# (check_firmware_version_bybar(), lspci): not modelled.
+check_firmware() {
+	[ -d /sys/module/drv_pcie_host ] || [ -d /sys/module/drv_vpcie ] || return 0
+	[ -f "$info" ] || return 0
+	fw_path=$(grep "Driver_Install_Path_Param=" "$info" | cut -d= -f2- || true)
+	[ -n "$fw_path" ] && [ -e "$fw_path/firmware/version.info" ] || return 0
+	fw=$(grep ^Version= "$fw_path/firmware/version.info" | awk -F. '{print $2}')
+	[ "${fw}"x = "11"x ] || return 0
+	now=$(date '+%Y-%m-%d %H:%M:%S')
+	echo "[Driver] [$now] [WARNING]Download and install the 23.0.RC1 driver package. Then upgrade to the target version. "
+	log "[WARNING]Download and install the 23.0.RC1 driver package. Then upgrade to the target version."
+	printf '[Driver] [%s] [INFO]End time: %s\n' "$now" "$now" | tee -a "$logFile"
+	exit 1
+}
+check_firmware
+
 # check_holders is check_boot_status() (driver_install.sh l.377-414) as it
 # goes on a loaded driver: without --force, the installer sets the chips'
 # hot-reset flag, which fails while processes hold the device nodes
