@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -252,5 +253,62 @@ func TestLookStopsWhenDecided(t *testing.T) {
 	// error is reported.
 	if _, err := Look(context.Background(), img, []Probe{{Path: "/usr/local/Ascend/other.run"}}); !errors.Is(err, errUnread) {
 		t.Errorf("Look of a path below the top layer = %v, want the lower layer's error", err)
+	}
+}
+
+// generated is a layer whose tar is written as it is read: a big file of
+// zeros, then the installer. Its digests are made up (Look never checks
+// them), so nothing ever holds the whole layer.
+type generated struct{ size int64 }
+
+func (generated) Digest() (v1.Hash, error) {
+	return v1.NewHash("sha256:" + strings.Repeat("c", 64))
+}
+func (generated) DiffID() (v1.Hash, error) {
+	return v1.NewHash("sha256:" + strings.Repeat("d", 64))
+}
+func (g generated) Compressed() (io.ReadCloser, error) { return g.Uncompressed() }
+func (g generated) Uncompressed() (io.ReadCloser, error) {
+	pr, pw := io.Pipe()
+	go func() {
+		tw := tar.NewWriter(pw)
+		err := tw.WriteHeader(&tar.Header{Name: "opt/big.bin", Mode: 0o644, Size: g.size, Typeflag: tar.TypeReg})
+		if err == nil {
+			_, err = io.CopyN(tw, zeros{}, g.size)
+		}
+		if err == nil {
+			err = tw.WriteHeader(&tar.Header{Name: "usr/local/Ascend/driver.run", Mode: 0o755, Typeflag: tar.TypeReg})
+		}
+		if err == nil {
+			err = tw.Close()
+		}
+		pw.CloseWithError(err)
+	}()
+	return pr, nil
+}
+func (g generated) Size() (int64, error)              { return g.size, nil }
+func (generated) MediaType() (types.MediaType, error) { return types.OCIUncompressedLayer, nil }
+
+type zeros struct{}
+
+func (zeros) Read(p []byte) (int, error) { clear(p); return len(p), nil }
+
+// The layers are streamed: reading past a 256 MiB file to the installer
+// allocates a small fraction of it (the hook runs within 256 MiB).
+func TestLookStreams(t *testing.T) {
+	const size = 256 << 20
+	img := image(t, generated{size: size})
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	got, err := Look(context.Background(), img, []Probe{runProbe})
+	runtime.ReadMemStats(&after)
+	if err != nil || !got[0].Found {
+		t.Fatalf("installer behind a big file: %+v, %v", got, err)
+	}
+	alloc := after.TotalAlloc - before.TotalAlloc
+	t.Logf("streamed %d MiB, allocated %d KiB", size>>20, alloc>>10)
+	if alloc > size/16 {
+		t.Errorf("reading %d MiB of layer allocated %d MiB: the layer is not streamed", size>>20, alloc>>20)
 	}
 }
