@@ -185,6 +185,47 @@ func TestPreflightReadsDriverImages(t *testing.T) {
 	})
 }
 
+// The test bed's stand-in driver images (what Helm installs mirror, as
+// an admin copies the vendor's) hold what preflight reads for, in both
+// install modes, at the paths the chart renders.
+func TestMirroredStandInsPassPreflight(t *testing.T) {
+	ctx := ctxTimeout(t, 2*time.Minute)
+	_, sel := preflightFleet(ctx, t, 1, testbed.NodeSpec{})
+	rel, err := env.Helm("npu-operator").Render(ctx, "mirror", map[string]any{"driver": map[string]any{
+		"version":        "2.0",
+		"installCommand": []any{"/opt/pkg/driver.run", "--full", "--quiet"},
+		"imageTreePath":  "/opt/Ascend/driver",
+		"profiles": []any{
+			map[string]any{"name": "run", "chip": "910b", "kernel": "5.15.0-105-generic", "os": "ubuntu22.04"},
+			map[string]any{"name": "tree", "chip": "310p", "kernel": "5.15.0-105-generic", "os": "ubuntu22.04", "installMode": "tree", "hostDriverPath": "/var/lib/Ascend/driver"},
+		},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	standIns := testbed.DriverStandIns(rel)
+	if len(standIns) != 2 {
+		t.Fatalf("stand-ins %v, want one per profile", standIns)
+	}
+	tag := fmt.Sprintf("-%d", time.Now().UnixNano()%100000)
+	for ref, d := range standIns {
+		if d.Version != "2.0" || d.Installer != "/opt/pkg/driver.run" || d.Tree != "/opt/Ascend/driver" {
+			t.Errorf("stand-in of %s: %+v", ref, d)
+		}
+		mode := "run"
+		if strings.Contains(ref, "-310p-") {
+			mode = "tree"
+		}
+		mirrored := strings.Replace(ref, "docker.io/", env.Registry.Host+"/", 1) + tag
+		if err := env.Registry.PushStandInDriver(ctx, mirrored, d); err != nil {
+			t.Fatal(err)
+		}
+		if r := hooks(ctx, t, preflightArgs(sel, profileArgMode(t, "910b", "910b", mirrored, mode), "--driver-installer=/opt/pkg/driver.run", "--driver-image-tree=/opt/Ascend/driver")...); r.code != 0 {
+			t.Errorf("the stand-in for %s (%s) refused: %s", ref, mode, r)
+		}
+	}
+}
+
 // TestPreflightContentTimeout: an image whose layers cannot be read in
 // time is refused, naming the timeout's value and the switch, not a hung
 // hook. The registry answers the manifest but never sends a layer.

@@ -63,13 +63,14 @@ func (h *Helm) mirror(ctx context.Context, rel *release.Release) error {
 }
 
 // DriverStandIns are the driver images a rendered release pulls, each
-// with what its stand-in holds so that preflight's reading of it passes:
-// the installer the driver DaemonSet runs (driver.installCommand[0], after
-// driver-entry's "--"), and the installed tree at the preflight Job's
-// --driver-image-tree (drivertree.DefaultImageTree without that Job),
+// with what its stand-in holds so that preflight's reading of it passes,
+// in either install mode: the installer (the driver DaemonSet's command
+// after driver-entry's "--", else the preflight Job's --driver-installer)
+// and the installed tree (the DaemonSet's --image-tree, else the
+// preflight Job's --driver-image-tree, else drivertree.DefaultImageTree),
 // whose version.info names the DaemonSet's --driver-version.
 func DriverStandIns(rel *release.Release) map[string]StandInDriver {
-	tree := drivertree.DefaultImageTree
+	def := StandInDriver{Tree: drivertree.DefaultImageTree}
 	for _, hook := range rel.Hooks {
 		for _, c := range containersOf(hook.Manifest, "Job", "") {
 			if c.Name != "preflight" {
@@ -77,7 +78,10 @@ func DriverStandIns(rel *release.Release) map[string]StandInDriver {
 			}
 			for _, a := range c.Args {
 				if v, ok := strings.CutPrefix(a, "--driver-image-tree="); ok {
-					tree = v
+					def.Tree = v
+				}
+				if v, ok := strings.CutPrefix(a, "--driver-installer="); ok {
+					def.Installer = v
 				}
 			}
 		}
@@ -87,10 +91,13 @@ func DriverStandIns(rel *release.Release) map[string]StandInDriver {
 		if c.Name != "driver" {
 			continue
 		}
-		d := StandInDriver{Tree: tree}
+		d := def
 		for i, a := range c.Command {
 			if v, ok := strings.CutPrefix(a, "--driver-version="); ok {
 				d.Version = v
+			}
+			if v, ok := strings.CutPrefix(a, "--image-tree="); ok {
+				d.Tree = v
 			}
 			if a == "--" && i+1 < len(c.Command) {
 				d.Installer = c.Command[i+1]
