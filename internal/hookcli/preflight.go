@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path"
 	"strings"
 	"time"
 
@@ -162,6 +163,11 @@ func (f *preflightFlags) input() (preflight.Input, kubernetes.Interface, error) 
 		in.Images = reg
 		if !f.skipContents {
 			in.Contents = reg
+		}
+	}
+	for flag, p := range map[string]string{"--driver-installer": f.installer, "--driver-image-tree": f.imageTree} {
+		if !path.IsAbs(p) {
+			return in, nil, cli.Terminalf("%s=%q: want an absolute path in the driver image", flag, p)
 		}
 	}
 	in.DriverInstaller, in.DriverImageTree = f.installer, f.imageTree

@@ -143,6 +143,9 @@ func TestPreflightRejectsBadArguments(t *testing.T) {
 	} {
 		wantBadArguments(ctx, t, tc.args, tc.want)
 	}
+	prof := profileArg(t, "910b", "910b", "reg.example.com/drv:1")
+	wantBadArguments(ctx, t, []string{"preflight", "--driver-version=2.0", prof, "--driver-installer=driver.run"}, `--driver-installer="driver.run": want an absolute path`)
+	wantBadArguments(ctx, t, []string{"preflight", "--driver-version=2.0", prof, "--driver-image-tree=Ascend/driver"}, "--driver-image-tree")
 }
 
 // wantBadArguments runs npu-hooks with args and wants exit 2 with want
