@@ -101,12 +101,20 @@ func ExecRunner(ctx context.Context, e Exec) ([]byte, error) {
 	}()
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	var outTail, errTail *tailBuffer
 	if e.Output != nil {
-		// Streamed, and kept for the error: the installer's last words
-		// say why it failed.
-		cmd.Stdout, cmd.Stderr = io.MultiWriter(e.Output, &stdout), io.MultiWriter(e.Output, &stderr)
+		// Streamed, and only its tail kept for the error: the installer's
+		// last words say why it failed, and an installer that repeats a
+		// question it gets no answer to (upstream's ver_check.sh without
+		// --quiet) must not fill the pod's memory.
+		outTail, errTail = &tailBuffer{max: OutputTail}, &tailBuffer{max: OutputTail}
+		cmd.Stdout, cmd.Stderr = io.MultiWriter(e.Output, outTail), io.MultiWriter(e.Output, errTail)
 	}
 	err := cmd.Run()
+	if outTail != nil {
+		stdout.Write(outTail.Bytes())
+		stderr.Write(errTail.Bytes())
+	}
 	var ee *exec.ExitError
 	if errors.As(err, &ee) {
 		return stdout.Bytes(), &ExitError{Command: command(e), Code: ee.ExitCode(), Output: stdout.Bytes(), Stderr: stderr.Bytes()}
@@ -118,6 +126,31 @@ func ExecRunner(ctx context.Context, e Exec) ([]byte, error) {
 }
 
 func command(e Exec) string { return strings.TrimSpace(e.Path + " " + strings.Join(e.Args, " ")) }
+
+// OutputTail is how much of a streamed program's output (an installer's)
+// is kept for its error, per stream.
+const OutputTail = 64 << 10
+
+// tailBuffer keeps the last max bytes written to it.
+type tailBuffer struct {
+	max int
+	b   []byte
+}
+
+func (t *tailBuffer) Write(p []byte) (int, error) {
+	n := len(p)
+	if len(p) >= t.max {
+		t.b = append(t.b[:0], p[len(p)-t.max:]...)
+		return n, nil
+	}
+	if over := len(t.b) + len(p) - t.max; over > 0 {
+		t.b = append(t.b[:0], t.b[over:]...)
+	}
+	t.b = append(t.b, p...)
+	return n, nil
+}
+
+func (t *tailBuffer) Bytes() []byte { return t.b }
 
 // LoaderError is what the dynamic loader prints when a library is
 // missing; the process then exits 127.

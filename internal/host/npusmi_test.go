@@ -1,6 +1,7 @@
 package host
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -211,5 +212,29 @@ func TestExecRunnerLoaderError(t *testing.T) {
 	var ee *ExitError
 	if !errors.As(err, &ee) || ee.Code != 127 {
 		t.Errorf("cause %v: want exit 127", err)
+	}
+}
+
+// A streamed program's output is kept only as a tail: an installer that
+// prints without end (a question it gets no answer to) cannot fill the
+// pod's memory, and its last words still reach the error.
+func TestExecRunnerKeepsTheTailOfAStreamedOutput(t *testing.T) {
+	dir := t.TempDir()
+	script := filepath.Join(dir, "installer.sh")
+	body := "#!/bin/sh\ni=0\nwhile [ $i -lt 20000 ]; do echo \"Do you want to continue? [y/n]\"; i=$((i+1)); done\necho '[ERROR]last words'\necho 'to stderr' >&2\nexit 1\n"
+	if err := os.WriteFile(script, []byte(body), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	var streamed bytes.Buffer
+	_, err := ExecRunner(context.Background(), Exec{Root: "/", Path: script, Env: []string{"PATH=/usr/bin:/bin"}, Output: &streamed})
+	ee, ok := IsExitError(err)
+	if !ok {
+		t.Fatalf("got %v; want an exit error", err)
+	}
+	if len(ee.Output) > OutputTail || !strings.HasSuffix(string(ee.Output), "[ERROR]last words\n") || string(ee.Stderr) != "to stderr\n" {
+		t.Fatalf("kept %d bytes ending %q, stderr %q", len(ee.Output), ee.Output[max(0, len(ee.Output)-40):], ee.Stderr)
+	}
+	if streamed.Len() < 20000*30 {
+		t.Fatalf("streamed only %d bytes", streamed.Len())
 	}
 }
