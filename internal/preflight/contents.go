@@ -13,7 +13,6 @@ import (
 	"strings"
 
 	"github.com/openfuyao/npu-stack/internal/drivertree"
-	"github.com/openfuyao/npu-stack/internal/host"
 	"github.com/openfuyao/npu-stack/internal/imagefs"
 )
 
@@ -113,7 +112,7 @@ func (n Need) suffix(a imagefs.Answer) string {
 // verbatim, as driver-entry and the rollout compare the loaded driver's
 // (docs/host-contract.md section 1).
 func (n Need) judgeVersion(what, where string, data []byte) string {
-	v, err := host.ParseVersionInfo(data)
+	v, err := drivertree.ParseVersionInfo(data)
 	if err != nil {
 		return fmt.Sprintf("%s has %s, but it is not a driver version file: %v; %s", what, where, err, n.fix())
 	}
