@@ -148,6 +148,11 @@ func TestDefaultsRenderTheWholeStack(t *testing.T) {
 	if p := driver["readinessProbe"].(map[string]any)["exec"].(map[string]any)["command"]; !slices.Contains(strs(p), "validate") {
 		t.Errorf("driver readiness %v, want the validate marker check", p)
 	}
+	// The kubelet's default exec timeout (1 s) flaps a Go binary's probe
+	// on a loaded node.
+	if to, _ := driver["readinessProbe"].(map[string]any)["timeoutSeconds"].(float64); to < 5 {
+		t.Errorf("driver readiness probe timeoutSeconds %v, want at least 5", driver["readinessProbe"].(map[string]any)["timeoutSeconds"])
+	}
 	if args := strs(watch["args"]); args[0] != "watch" || !hasArg(args, "--probe-interval=60s") || !hasArg(args, "--failure-threshold=3") {
 		t.Errorf("health-watch args %q", args)
 	}
