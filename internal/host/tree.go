@@ -22,10 +22,11 @@ import (
 	"github.com/openfuyao/npu-stack/internal/drivertree"
 )
 
-// InsmodPaths are where kmod puts insmod (kmod's Makefile installs
-// tools as links to kmod in ${bindir}; distributions link insmod in
-// /usr/sbin, /sbin on unmerged roots).
-var InsmodPaths = []string{"/usr/sbin/insmod", "/sbin/insmod", "/usr/bin/insmod", "/bin/insmod"}
+// InsmodPaths are where kmod links insmod: ${sbindir}/insmod, /usr/sbin
+// by default (kmod meson.build: prefix /usr, `ln ... kmod $sbindir/<tool>`
+// for each tool), and /sbin, the same directory on a merged-/usr root and
+// the older place on an unmerged one (docs/host-contract.md section 7).
+var InsmodPaths = []string{"/usr/sbin/insmod", "/sbin/insmod"}
 
 // stagingSuffix names the copy of a tree being installed beside the
 // driver tree (same filesystem, so the swap is a rename).

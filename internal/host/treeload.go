@@ -83,13 +83,19 @@ func (l *Linux) treeLoadOrder(root string) ([]drivertree.Module, error) {
 			present = append(present, name)
 		}
 	}
-	_, err = os.Stat(l.Path("/sys/module/ksecurec"))
+	_, err = os.Stat(l.Path(KsecurecModule))
 	order, oerr := drivertree.LoadOrder(listed, present, err == nil)
 	if oerr != nil {
 		return nil, &ProblemError{What: fmt.Sprintf("driver tree %s", root), Err: oerr, Fix: "install a driver tree built from the vendor package for this chip (docs/installation.md)"}
 	}
 	return order, nil
 }
+
+// KsecurecModule is there when the kernel has ksecurec, whose presence
+// makes upstream's installer skip drv_seclib_host (hicann/driver v8.5.0
+// deal_ko.sh driver_auto_insmod: `lsmod | grep ksecurec`; lsmod lists
+// /sys/module's loaded modules).
+const KsecurecModule = "/sys/module/ksecurec"
 
 // findHost is the first of paths that exists on the host, as a host path.
 func (l *Linux) findHost(paths []string) (string, error) {
