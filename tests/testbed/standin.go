@@ -29,29 +29,37 @@ func StandInIndex(ref string, archs ...string) (v1.ImageIndex, error) {
 	}
 	idx := mutate.IndexMediaType(empty.Index, types.OCIImageIndex)
 	for _, arch := range archs {
-		layer, err := crane.Layer(map[string][]byte{
+		img, err := platformImage(arch, map[string][]byte{
 			"etc/npu-stack-standin": fmt.Appendf(nil, "stand-in for %s (linux/%s)\n", ref, arch),
 		})
 		if err != nil {
-			return nil, fmt.Errorf("stand-in layer: %w", err)
-		}
-		img, err := mutate.AppendLayers(mutate.MediaType(empty.Image, types.OCIManifestSchema1), layer)
-		if err != nil {
-			return nil, err
-		}
-		img = mutate.ConfigMediaType(img, types.OCIConfigJSON)
-		cf, err := img.ConfigFile()
-		if err != nil {
-			return nil, err
-		}
-		cf = cf.DeepCopy()
-		cf.OS, cf.Architecture = "linux", arch
-		if img, err = mutate.ConfigFile(img, cf); err != nil {
 			return nil, err
 		}
 		idx = mutate.AppendManifests(idx, mutate.IndexAddendum{Add: img, Descriptor: v1.Descriptor{Platform: &v1.Platform{OS: "linux", Architecture: arch}}})
 	}
 	return idx, nil
+}
+
+// platformImage is an OCI image for linux/arch of the given layers,
+// bottom first.
+func platformImage(arch string, layers ...map[string][]byte) (v1.Image, error) {
+	img := mutate.ConfigMediaType(mutate.MediaType(empty.Image, types.OCIManifestSchema1), types.OCIConfigJSON)
+	for _, files := range layers {
+		layer, err := crane.Layer(files)
+		if err != nil {
+			return nil, fmt.Errorf("stand-in layer: %w", err)
+		}
+		if img, err = mutate.AppendLayers(img, layer); err != nil {
+			return nil, err
+		}
+	}
+	cf, err := img.ConfigFile()
+	if err != nil {
+		return nil, err
+	}
+	cf = cf.DeepCopy()
+	cf.OS, cf.Architecture = "linux", arch
+	return mutate.ConfigFile(img, cf)
 }
 
 // StandInDriver is what a stand-in driver image holds for preflight's
@@ -91,23 +99,8 @@ func LayeredIndex(archs []string, layers ...map[string][]byte) (v1.ImageIndex, e
 	}
 	idx := mutate.IndexMediaType(empty.Index, types.OCIImageIndex)
 	for _, arch := range archs {
-		img := mutate.ConfigMediaType(mutate.MediaType(empty.Image, types.OCIManifestSchema1), types.OCIConfigJSON)
-		for _, files := range layers {
-			layer, err := crane.Layer(files)
-			if err != nil {
-				return nil, fmt.Errorf("stand-in layer: %w", err)
-			}
-			if img, err = mutate.AppendLayers(img, layer); err != nil {
-				return nil, err
-			}
-		}
-		cf, err := img.ConfigFile()
+		img, err := platformImage(arch, layers...)
 		if err != nil {
-			return nil, err
-		}
-		cf = cf.DeepCopy()
-		cf.OS, cf.Architecture = "linux", arch
-		if img, err = mutate.ConfigFile(img, cf); err != nil {
 			return nil, err
 		}
 		idx = mutate.AppendManifests(idx, mutate.IndexAddendum{Add: img, Descriptor: v1.Descriptor{Platform: &v1.Platform{OS: "linux", Architecture: arch}}})
