@@ -23,6 +23,7 @@ import (
 	"regexp"
 	"sort"
 	"strconv"
+	"strings"
 
 	yaml "go.yaml.in/yaml/v3"
 	cdiapi "tags.cncf.io/container-device-interface/pkg/cdi"
@@ -79,6 +80,9 @@ var davinci = regexp.MustCompile(`^davinci([0-9]+)$`)
 type Options struct {
 	Kind       string
 	DriverRoot string
+	// DriverVersion is the loaded driver's version, recorded in the spec
+	// (VersionAnnotation) so that its users can tell a stale spec.
+	DriverVersion string
 }
 
 // Build inspects the host (through h) and returns the spec: one device per
@@ -115,10 +119,14 @@ func Build(h host.Host, o Options) (*specs.Spec, error) {
 	}
 	// Edits per device, none spec-wide: spec-wide edits come with every
 	// device of the spec, and "driver" must bring no device node.
+	env := []string{libraryPathEnv(mounts)}
 	withDriver := func(nodes []*specs.DeviceNode) specs.ContainerEdits {
-		return specs.ContainerEdits{DeviceNodes: append(nodes, cloneNodes(common)...), Mounts: cloneMounts(mounts)}
+		return specs.ContainerEdits{Env: append([]string(nil), env...), DeviceNodes: append(nodes, cloneNodes(common)...), Mounts: cloneMounts(mounts)}
 	}
 	spec := &specs.Spec{Kind: o.Kind}
+	if o.DriverVersion != "" {
+		spec.Annotations = map[string]string{VersionAnnotation: o.DriverVersion}
+	}
 	var allNodes []*specs.DeviceNode
 	for _, n := range chips {
 		p := fmt.Sprintf("/dev/davinci%d", n)
@@ -127,7 +135,7 @@ func Build(h host.Host, o Options) (*specs.Spec, error) {
 	}
 	spec.Devices = append(spec.Devices,
 		specs.Device{Name: AllDevice, ContainerEdits: withDriver(allNodes)},
-		specs.Device{Name: DriverDevice, ContainerEdits: specs.ContainerEdits{Mounts: cloneMounts(mounts)}})
+		specs.Device{Name: DriverDevice, ContainerEdits: specs.ContainerEdits{Env: append([]string(nil), env...), Mounts: cloneMounts(mounts)}})
 	if spec.Version, err = specs.MinimumRequiredVersion(spec); err != nil {
 		return nil, fmt.Errorf("CDI spec version: %w", err)
 	}
@@ -157,12 +165,17 @@ func chipDevices(h host.Host) ([]int, error) {
 }
 
 // driverMounts is the driver's user space, read-only, at the container
-// paths Ascend Docker Runtime gives (base.list: <driver>/lib64,
-// <driver>/include, /usr/local/dcmi, /usr/local/bin/npu-smi) plus
-// version.info (which CANN reads for the driver version, Ascend/op-plugin
-// torch_npu-utils-get_cann_version.md). Host paths are where this host has
-// them: the tree at root, npu-smi where the installer put it
-// (host.NPUSMIPaths, else <root>/tools/npu-smi).
+// paths Ascend Docker Runtime gives (Ascend/mind-cluster v7.3.0,
+// component/ascend-docker-runtime/build/scripts/base.list: <driver>/lib64,
+// <driver>/include, /usr/local/dcmi, /usr/local/bin/npu-smi) plus the
+// files frameworks read: version.info and /etc/ascend_install.info (the
+// driver version, Ascend/op-plugin torch_npu-utils-get_cann_version.md),
+// and for multi-node HCCL jobs hccn_tool where MindCluster runs it
+// (component/ascend-common/devmanager/hccn/hccn_tool.go l.59:
+// /usr/local/Ascend/driver/tools/hccn_tool) and /etc/hccn.conf. Host
+// paths are where this host has them: the tree at root, npu-smi where the
+// installer put it (host.NPUSMIPaths, else <root>/tools/npu-smi); what the
+// host lacks is left out (KubeOS has no /usr/local/dcmi).
 func driverMounts(h host.Host, root string) ([]*specs.Mount, error) {
 	if root == "" {
 		return nil, fmt.Errorf("--driver-root is empty: set driver.hostDriverPath")
@@ -176,6 +189,7 @@ func driverMounts(h host.Host, root string) ([]*specs.Mount, error) {
 	optional := []struct{ host, ctr string }{
 		{path.Join(root, "include"), path.Join(containerDriverRoot, "include")},
 		{path.Join(root, host.VersionFile), path.Join(containerDriverRoot, host.VersionFile)},
+		{host.InstallInfoFile, host.InstallInfoFile},
 		{host.DCMIDir, host.DCMIDir},
 	}
 	for _, p := range append(append([]string{}, host.NPUSMIPaths...), path.Join(root, "tools", "npu-smi")) {
@@ -184,6 +198,9 @@ func driverMounts(h host.Host, root string) ([]*specs.Mount, error) {
 			break
 		}
 	}
+	optional = append(optional,
+		struct{ host, ctr string }{path.Join(root, "tools", "hccn_tool"), path.Join(containerDriverRoot, "tools", "hccn_tool")},
+		struct{ host, ctr string }{HCCNConf, HCCNConf})
 	for _, m := range optional {
 		if exists(h, m.host) {
 			mounts = append(mounts, &specs.Mount{HostPath: m.host, ContainerPath: m.ctr, Options: ro})
@@ -191,6 +208,38 @@ func driverMounts(h host.Host, root string) ([]*specs.Mount, error) {
 	}
 	return mounts, nil
 }
+
+// HCCNConf is the NPU NIC configuration HCCL jobs across nodes read
+// (hccn_tool writes it). The driver installer creates it, 640 root:root
+// (hicann/driver v8.5.0, scripts/package/custom/driver/common/scripts/
+// run_driver_install.sh changeMode() l.116-120).
+const HCCNConf = "/etc/hccn.conf"
+
+// LibraryPathEnv is the loader path to the mounted driver libraries, in
+// the order of the vendor device plugin image (Ascend/mind-cluster
+// v7.3.0, component/ascend-device-plugin/build/Dockerfile ENV
+// LD_LIBRARY_PATH), plus /usr/local/dcmi as the exporter image adds it
+// (component/npu-exporter/build/Dockerfile) when the host has it.
+func libraryPathEnv(mounts []*specs.Mount) string {
+	dirs := []string{path.Join(containerDriverRoot, "lib64"), path.Join(containerDriverRoot, "lib64", "driver"), path.Join(containerDriverRoot, "lib64", "common")}
+	for _, m := range mounts {
+		if m.ContainerPath == host.DCMIDir {
+			dirs = append(dirs, host.DCMIDir)
+		}
+	}
+	return LibraryPathVar + "=" + strings.Join(dirs, ":")
+}
+
+// LibraryPathVar is the loader's search path variable (ld.so(8)).
+const LibraryPathVar = "LD_LIBRARY_PATH"
+
+// VersionAnnotation is the spec annotation naming the driver version the
+// spec describes: the one loaded when it was generated.
+const VersionAnnotation = "npu.openfuyao.com/driver-version"
+
+// SpecVersion returns the driver version a spec was generated for, ""
+// when it names none (a spec written before npu-stack recorded it).
+func SpecVersion(s *specs.Spec) string { return s.Annotations[VersionAnnotation] }
 
 func cloneNodes(ns []*specs.DeviceNode) []*specs.DeviceNode {
 	out := make([]*specs.DeviceNode, len(ns))

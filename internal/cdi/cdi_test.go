@@ -63,7 +63,7 @@ func TestGenerateValidatedByTheCDILibrary(t *testing.T) {
 	if want := "/dev/davinci3,/dev/davinci_manager,/dev/hisi_hdc,/dev/devmm_svm"; strings.Join(nodes, ",") != want {
 		t.Errorf("device 3 nodes %v, want %s", nodes, want)
 	}
-	want := "/usr/local/Ascend/driver/lib64->/usr/local/Ascend/driver/lib64,/usr/local/Ascend/driver/version.info->/usr/local/Ascend/driver/version.info,/usr/local/dcmi->/usr/local/dcmi,/usr/local/sbin/npu-smi->/usr/local/bin/npu-smi"
+	want := "/usr/local/Ascend/driver/lib64->/usr/local/Ascend/driver/lib64,/usr/local/Ascend/driver/version.info->/usr/local/Ascend/driver/version.info,/etc/ascend_install.info->/etc/ascend_install.info,/usr/local/dcmi->/usr/local/dcmi,/usr/local/sbin/npu-smi->/usr/local/bin/npu-smi"
 	if strings.Join(mounts, ",") != want {
 		t.Errorf("device 3 mounts %v, want %s", mounts, want)
 	}
@@ -180,9 +180,86 @@ func TestGenerateKubeOS(t *testing.T) {
 			}
 		}
 	}
-	want := kubeos + "/lib64->/usr/local/Ascend/driver/lib64," + kubeos + "/version.info->/usr/local/Ascend/driver/version.info," + kubeos + "/tools/npu-smi->/usr/local/bin/npu-smi"
+	want := kubeos + "/lib64->/usr/local/Ascend/driver/lib64," + kubeos + "/version.info->/usr/local/Ascend/driver/version.info,/etc/ascend_install.info->/etc/ascend_install.info," + kubeos + "/tools/npu-smi->/usr/local/bin/npu-smi"
 	if strings.Join(mounts, ",") != want {
 		t.Errorf("KubeOS driver mounts %v, want %s", mounts, want)
+	}
+	// No /usr/local/dcmi on KubeOS: the loader path does not name it.
+	for _, d := range spec.Devices {
+		if got := strings.Join(d.ContainerEdits.Env, " "); got != "LD_LIBRARY_PATH=/usr/local/Ascend/driver/lib64:/usr/local/Ascend/driver/lib64/driver:/usr/local/Ascend/driver/lib64/common" {
+			t.Errorf("device %s env %q", d.Name, got)
+		}
+	}
+}
+
+// TestDriverUserSpace: what every chip device and "driver" bring besides
+// device nodes, as the host has it: the optional files only when present,
+// the loader path naming /usr/local/dcmi only when it is mounted, and the
+// loaded version when the caller knows it.
+func TestDriverUserSpace(t *testing.T) {
+	const lib = "LD_LIBRARY_PATH=/usr/local/Ascend/driver/lib64:/usr/local/Ascend/driver/lib64/driver:/usr/local/Ascend/driver/lib64/common"
+	for _, tc := range []struct {
+		name       string
+		add        []string // host files beyond simhost's
+		remove     []string
+		version    string
+		wantMounts []string // container paths beyond lib64 and version.info
+		wantEnv    string
+	}{
+		{name: "plain", wantMounts: []string{"/etc/ascend_install.info", "/usr/local/dcmi", "/usr/local/bin/npu-smi"}, wantEnv: lib + ":/usr/local/dcmi"},
+		{name: "HCCL node", add: []string{simhost.DriverRoot + "/tools/hccn_tool", "/etc/hccn.conf"}, version: "25.5.0",
+			wantMounts: []string{"/etc/ascend_install.info", "/usr/local/dcmi", "/usr/local/bin/npu-smi", "/usr/local/Ascend/driver/tools/hccn_tool", "/etc/hccn.conf"}, wantEnv: lib + ":/usr/local/dcmi"},
+		{name: "no install info, no dcmi", remove: []string{"/etc/ascend_install.info", "/usr/local/dcmi"},
+			wantMounts: []string{"/usr/local/bin/npu-smi"}, wantEnv: lib},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := loadedHost(t, 2)
+			for _, p := range tc.add {
+				if err := os.MkdirAll(filepath.Dir(h.Path(p)), 0o755); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(h.Path(p), nil, 0o640); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for _, p := range tc.remove {
+				if err := os.RemoveAll(h.Path(p)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			spec, err := Build(h, Options{DriverRoot: simhost.DriverRoot, DriverVersion: tc.version})
+			if err != nil {
+				t.Fatal(err)
+			}
+			out := filepath.Join(t.TempDir(), "spec.yaml")
+			if err := Write(out, spec); err != nil {
+				t.Fatal(err)
+			}
+			got, err := cdiapi.ReadSpec(out, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if v := SpecVersion(got.Spec); v != tc.version {
+				t.Errorf("spec version %q, want %q", v, tc.version)
+			}
+			want := append([]string{"/usr/local/Ascend/driver/lib64", "/usr/local/Ascend/driver/version.info"}, tc.wantMounts...)
+			for _, name := range []string{"0", "1", AllDevice, DriverDevice} {
+				e := got.GetDevice(name).ContainerEdits
+				var ctr []string
+				for _, m := range e.Mounts {
+					ctr = append(ctr, m.ContainerPath)
+					if strings.Join(m.Options, ",") != "ro,nosuid,nodev,bind" {
+						t.Errorf("device %s mount %s options %v, want read-only bind", name, m.ContainerPath, m.Options)
+					}
+				}
+				if strings.Join(ctr, ",") != strings.Join(want, ",") {
+					t.Errorf("device %s mounts %v, want %v", name, ctr, want)
+				}
+				if env := strings.Join(e.Env, " "); env != tc.wantEnv {
+					t.Errorf("device %s env %q, want %q", name, env, tc.wantEnv)
+				}
+			}
+		})
 	}
 }
 

@@ -371,8 +371,9 @@ func (s *shared) validate() *cobra.Command {
 func (s *shared) cdi() *cobra.Command {
 	group := &cobra.Command{Use: "cdi", Short: "Container Device Interface spec of the node's chips"}
 	var (
-		o      cdi.Options
-		output string
+		o         cdi.Options
+		output    string
+		markerDir string
 	)
 	gen := &cobra.Command{
 		Use:   "generate",
@@ -390,6 +391,9 @@ func (s *shared) cdi() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if o.DriverVersion, err = loadedVersion(cmd.Context(), h, markerDir); err != nil {
+				return err
+			}
 			spec, err := cdi.Build(h, o)
 			if err != nil {
 				return err
@@ -401,7 +405,7 @@ func (s *shared) cdi() *cobra.Command {
 			if err := cdi.Write(path, spec); err != nil {
 				return err
 			}
-			log.WithFields(logrus.Fields{"output": output, "kind": spec.Kind, "devices": len(spec.Devices) - 1}).Info("CDI spec written")
+			log.WithFields(logrus.Fields{"output": output, "kind": spec.Kind, "devices": len(spec.Devices) - 1, "driverVersion": o.DriverVersion}).Info("CDI spec written")
 			return nil
 		},
 	}
@@ -409,6 +413,7 @@ func (s *shared) cdi() *cobra.Command {
 	f.StringVar(&o.Kind, "kind", cdi.DefaultKind, "CDI kind (vendor/class) of the devices")
 	f.StringVar(&o.DriverRoot, "driver-root", host.DefaultDriverRoot, "host directory of the driver tree")
 	f.StringVar(&output, "output", "", "host path of the spec file to write")
+	f.StringVar(&markerDir, "marker-dir", "/run/npu-stack", "host directory of the readiness markers: the driver-ready marker names the loaded version the spec records")
 	group.AddCommand(gen)
 	return group
 }
