@@ -55,7 +55,7 @@ func newRoot(s *shared) *cobra.Command {
 	root := cli.NewRoot(Name, "Per-node NPU chip health-watch, driver entry gate, validator and CDI generator", &s.global)
 	root.PersistentFlags().StringVar(&s.hostRoot, "host-root", "/", "where the host's / is mounted in this container (the chart mounts it at /host); every host path flag is resolved under it")
 	root.PersistentFlags().StringVar(&s.npuSMI, "npu-smi", "", "npu-smi as a host path; empty searches /usr/local/sbin/npu-smi, /usr/local/bin/npu-smi, then <driver-root>/tools/npu-smi")
-	root.AddCommand(s.installBinary(), s.driverEntry(), s.watch(), s.validate(), s.cdi())
+	root.AddCommand(s.installBinary(), s.driverEntry(), s.watch(), s.validate(), s.cdi(), s.nriInject(), s.nriReady())
 	return root
 }
 
@@ -361,6 +361,7 @@ func (s *shared) validate() *cobra.Command {
 	f.StringVar(&cfg.DriverRoot, "driver-root", "", "host directory of the driver tree that must exist; empty = not checked")
 	f.StringVar(&cfg.MarkerDir, "marker-dir", "/run/npu-stack", "host directory of the readiness markers")
 	f.StringVar(&cfg.DriverVersion, "driver-version", "", "driver version that must be loaded; empty = any")
+	f.BoolVar(&cfg.RequireInjector, "require-injector", false, "also require the NRI injector's registration (the device plugin's gate with cdi.inject)")
 	f.BoolVar(&cfg.RequireMarker, "require-marker", true, "require the driver-ready marker (false for a pre-installed driver without driver pod)")
 	f.DurationVar(&cfg.SMITimeout, "npu-smi-timeout", 30*time.Second, "npu-smi running longer fails the chip check")
 	f.DurationVar(&timeout, "timeout", 0, "give up after this long; 0 = never (the pod's deadline bounds it)")

@@ -35,6 +35,11 @@ type Config struct {
 	MarkerOnly bool
 	// SMITimeout bounds npu-smi; a hang fails the check.
 	SMITimeout time.Duration
+	// RequireInjector also requires the NRI injector's registration
+	// (marker nri-injector): the device plugin's gate, so that no chip is
+	// advertised before a container allocated one gets the driver's user
+	// space (cdi.inject).
+	RequireInjector bool
 }
 
 // Checker runs the checks against a host.
@@ -60,8 +65,22 @@ func (c Checker) Check(ctx context.Context) error {
 	if c.RequireMarker {
 		errs = append(errs, c.checkMarker())
 	}
+	if c.RequireInjector {
+		errs = append(errs, c.checkInjector())
+	}
 	errs = append(errs, c.checkDriverRoot(), c.checkVersion(ctx), c.checkChips(ctx))
 	return errors.Join(errs...)
+}
+
+func (c Checker) checkInjector() error {
+	_, ok, err := marker.Dir{Path: c.Host.Path(c.MarkerDir)}.Injector()
+	if err != nil {
+		return fmt.Errorf("%s: %w", c.node(), err)
+	}
+	if !ok {
+		return fmt.Errorf("%s: the NRI injector is not registered with the container runtime (no marker %s/nri-injector): see the log of this node's npu-stack nri-injector pod; without NRI in the runtime set cdi.inject=false and mount the driver by hostPath (docs/installation.md)", c.node(), c.MarkerDir)
+	}
+	return nil
 }
 
 func (c Checker) checkMarker() error {
