@@ -54,5 +54,3 @@ func splitEnv(kv string) (string, string) {
 	}
 	return kv, ""
 }
-
-
