@@ -37,6 +37,8 @@ func variants() []variant {
 		{name: "sysrq-pull-secrets-namespace", vals: map[string]any{"rebooter": map[string]any{"method": "sysrq"}, "imagePullSecrets": []any{"regcred"}, "createNamespace": true,
 			"driver": map[string]any{"upgradePolicy": map[string]any{"rerollTargets": []any{map[string]any{"namespace": "dra", "name": "npu-dra-plugin"}, map[string]any{"namespace": "dra", "selector": "app=x"}}}}}},
 		{name: "mixed-fleet", vals: mixedFleet},
+		{name: "inject", vals: map[string]any{"cdi": map[string]any{"inject": true}}},
+		{name: "inject-two-profiles", vals: map[string]any{"cdi": map[string]any{"inject": true}, "driver": twoProfiles["driver"]}},
 	}
 }
 

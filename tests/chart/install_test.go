@@ -227,7 +227,16 @@ func TestExporterWaitsForTheDriver(t *testing.T) {
 					t.Fatalf("%s: init containers %v, want wait-for-driver", ex.GetName(), slices.Collect(maps.Keys(inits)))
 				}
 				if dp := r.find("DaemonSet", strings.Replace(ex.GetName(), "-exporter", "-device-plugin", 1)); dp != nil {
-					if want := containers(t, dp, "initContainers")["wait-for-driver"]; fmt.Sprint(gate) != fmt.Sprint(want) {
+					want := containers(t, dp, "initContainers")["wait-for-driver"]
+					// With cdi.inject the device plugin's gate also waits
+					// for the NRI injector; the exporter hands out no chip.
+					dpArgs := strs(want["args"])
+					if got, inject := hasArg(dpArgs, "--require-injector"), strings.HasPrefix(v.name, "inject"); got != inject {
+						t.Errorf("%s: device plugin gate --require-injector %v, want %v: %q", dp.GetName(), got, inject, dpArgs)
+					}
+					want = maps.Clone(want)
+					want["args"] = slices.DeleteFunc(slices.Clone(want["args"].([]any)), func(a any) bool { return a == "--require-injector" })
+					if fmt.Sprint(gate) != fmt.Sprint(want) {
 						t.Errorf("%s: wait-for-driver\n%v\ndiffers from the device plugin's\n%v", ex.GetName(), gate, want)
 					}
 				}

@@ -36,6 +36,9 @@ var securityTable = map[string]containerSecurity{
 	// Reads the driver tree, writes the CDI spec: files only, as root (the
 	// spec directory is root's), with no capability.
 	"device-plugin/cdi-generate": {},
+	// Connects to the runtime's root-owned NRI socket, reads the spec and
+	// stats /dev: root, no capability.
+	"nri-injector/nri-inject": {},
 	// The vendor plugin enumerates the chips through the driver's dcmi.
 	"device-plugin/device-plugin": {privileged: true},
 	// The vendor exporter reads chip metrics through dcmi (/dev/davinci*).
@@ -97,7 +100,7 @@ func securityKey(o *unstructured.Unstructured, container string, c map[string]an
 	}
 	// A fleet with several host driver trees gets a device plugin and an
 	// exporter per tree (device-plugin-<profile>): the same containers.
-	for _, base := range []string{"device-plugin", "exporter"} {
+	for _, base := range []string{"device-plugin", "exporter", "nri-injector"} {
 		if strings.HasPrefix(comp, base+"-") {
 			comp = base
 		}

@@ -338,6 +338,11 @@ It calls no API: the exporter's pod mounts no token.
     # visible through npu-smi is the gate.
     - --require-marker=false
     {{- end }}
+    {{- if .injector }}
+    # cdi.inject: no chip is advertised before the NRI injector can give
+    # a container allocated one its driver user space.
+    - --require-injector
+    {{- end }}
   env:
     {{- include "npu-stack.agentEnv" .ctx | nindent 4 }}
   # npu-smi opens /dev/davinci* (mode 0660, root or the driver's
