@@ -128,7 +128,16 @@ func Decide(c Container, d Driver, own Own) (*Plan, error) {
 	for _, n := range chips {
 		dev := findDevice(d.Spec, strconv.Itoa(n))
 		if dev == nil {
-			return nil, notReady("CDI spec %s has no device %d for /dev/davinci%d; delete this node's npu-stack device-plugin pod to regenerate it", d.SpecPath, n, n)
+			// Not a physical chip: a virtual NPU, which the vendor plugin
+			// hands out as /dev/davinci<id> from the host's
+			// /dev/vdavinci<id> (Ascend/mind-cluster v7.3.0,
+			// component/ascend-device-plugin/pkg/server/plugin.go
+			// getDevPath). The spec has no node for it; the container
+			// gets the driver's user space.
+			dev = findDevice(d.Spec, cdi.DriverDevice)
+		}
+		if dev == nil {
+			return nil, notReady("CDI spec %s has neither a device %d for /dev/davinci%d nor the %q device; delete this node's npu-stack device-plugin pod to regenerate it", d.SpecPath, n, n, cdi.DriverDevice)
 		}
 		merge(&edits, dev.ContainerEdits)
 	}

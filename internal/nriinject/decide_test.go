@@ -24,7 +24,8 @@ func nodeSpec(n int, version string) *specs.Spec {
 			{HostPath: "/usr/local/sbin/npu-smi", ContainerPath: "/usr/local/bin/npu-smi", Options: ro},
 		}
 	}
-	s := &specs.Spec{Kind: cdi.DefaultKind, Annotations: map[string]string{cdi.VersionAnnotation: version}}
+	s := &specs.Spec{Kind: cdi.DefaultKind, Annotations: map[string]string{cdi.VersionAnnotation: version},
+		Devices: []specs.Device{{Name: cdi.DriverDevice, ContainerEdits: specs.ContainerEdits{Env: []string{libPath}, Mounts: mounts()}}}}
 	for i := 0; i < n; i++ {
 		s.Devices = append(s.Devices, specs.Device{Name: fmt.Sprint(i), ContainerEdits: specs.ContainerEdits{
 			Env:         []string{libPath},
@@ -83,7 +84,10 @@ func TestDecide(t *testing.T) {
 			modified: func(d *Driver) { d.Spec, d.SpecErr = nil, errors.New("yaml: bad") }, wantErr: "unusable: yaml: bad"},
 		{name: "spec of another version: refused", c: Container{PodNamespace: "ml", Name: "train", Devices: kubeletGave(0)},
 			modified: func(d *Driver) { d.ReadyVersion = "25.3.0" }, wantErr: `describes driver "25.5.0", the loaded driver is "25.3.0"`},
-		{name: "chip missing from spec: refused", c: Container{PodNamespace: "ml", Name: "train", Devices: kubeletGave(9)}, d: ready, wantErr: "has no device 9"},
+		{name: "virtual NPU (no such chip in the spec): driver user space", c: Container{PodNamespace: "ml", Name: "train", Devices: kubeletGave(100)}, d: ready,
+			chips: "100", mounts: allMounts, env: libPath + " ASCEND_VISIBLE_DEVICES=100"},
+		{name: "no such chip and no driver device: refused", c: Container{PodNamespace: "ml", Name: "train", Devices: kubeletGave(9)},
+			modified: func(d *Driver) { d.Spec.Devices = d.Spec.Devices[1:] }, wantErr: `has neither a device 9 for /dev/davinci9 nor the "driver" device`},
 		{name: "pre-installed driver: no marker needed, any version", c: Container{PodNamespace: "ml", Name: "train", Devices: kubeletGave(0)},
 			modified: func(d *Driver) { d.RequireMarker, d.Ready, d.ReadyVersion = false, false, "" }, chips: "0", mounts: allMounts, env: libPath + " ASCEND_VISIBLE_DEVICES=0"},
 	} {
