@@ -55,7 +55,8 @@ func TestRealNodeInjectsDriverIntoChipContainers(t *testing.T) {
 			Containers: []corev1.Container{
 				{Name: "train", Image: image, Command: []string{"/bin/bash", "-c", `printf '%s\n' /dev/* && echo "visible=$ASCEND_VISIBLE_DEVICES" && npu-smi info`},
 					Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{res: resource.MustParse("1")}}},
-				{Name: "side", Image: image, Command: []string{"/bin/bash", "-c", `ls /usr/local/Ascend/driver/lib64 /usr/local/bin/npu-smi 2>&1; echo "visible=$ASCEND_VISIBLE_DEVICES ld=$LD_LIBRARY_PATH"; printf '%s\n' /dev/*`}},
+				// bash builtins only: the image has no coreutils.
+				{Name: "side", Image: image, Command: []string{"/bin/bash", "-c", `for p in /usr/local/Ascend/driver/lib64 /usr/local/Ascend/driver/version.info /usr/local/bin/npu-smi /etc/ascend_install.info; do [ -e "$p" ] && echo "has $p"; done; echo "visible=$ASCEND_VISIBLE_DEVICES"; printf '%s\n' /dev/*`}},
 			},
 		},
 	}
@@ -82,8 +83,7 @@ func TestRealNodeInjectsDriverIntoChipContainers(t *testing.T) {
 		t.Errorf("npu-smi info in the chip container: %v, chips %+v, version %q\n%s", err, info.Chips, info.Version, table)
 	}
 	code, side := waitTerminated(ctx, t, ns.Name, "workload", "side")
-	if code != 0 || !strings.Contains(side, "/usr/local/Ascend/driver/lib64': No such file or directory") ||
-		!strings.Contains(side, "/usr/local/bin/npu-smi': No such file or directory") || !strings.Contains(side, "visible= ld=\n") || strings.Contains(side, "/dev/davinci") {
+	if code != 0 || strings.Contains(side, "has ") || !strings.Contains(side, "visible=\n") || strings.Contains(side, "/dev/davinci") {
 		t.Errorf("container without chips was injected (exit %d):\n%s", code, side)
 	}
 	t.Logf("workload checked after %s", time.Since(start).Round(time.Second))
