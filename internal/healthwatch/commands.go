@@ -22,7 +22,6 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/openfuyao/npu-stack/internal/atomicfile"
-	"github.com/openfuyao/npu-stack/internal/cdi"
 	"github.com/openfuyao/npu-stack/internal/cli"
 	"github.com/openfuyao/npu-stack/internal/contract"
 	"github.com/openfuyao/npu-stack/internal/driverentry"
@@ -367,54 +366,4 @@ func (s *shared) validate() *cobra.Command {
 	f.DurationVar(&timeout, "timeout", 0, "give up after this long; 0 = never (the pod's deadline bounds it)")
 	f.DurationVar(&poll, "poll-interval", 2*time.Second, "with --wait, re-check this often besides on marker changes")
 	return cmd
-}
-
-func (s *shared) cdi() *cobra.Command {
-	group := &cobra.Command{Use: "cdi", Short: "Container Device Interface spec of the node's chips"}
-	var (
-		o         cdi.Options
-		output    string
-		markerDir string
-	)
-	gen := &cobra.Command{
-		Use:   "generate",
-		Short: "Write the CDI spec: one device per /dev/davinciN, the common device nodes and the driver libraries",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			log, err := s.logger()
-			if err != nil {
-				return err
-			}
-			if output == "" {
-				return errors.New("--output is required, such as /var/run/cdi/huawei-com-npu.yaml")
-			}
-			h, err := s.host(o.DriverRoot)
-			if err != nil {
-				return err
-			}
-			if o.DriverVersion, err = loadedVersion(cmd.Context(), h, markerDir); err != nil {
-				return err
-			}
-			spec, err := cdi.Build(h, o)
-			if err != nil {
-				return err
-			}
-			path := h.Path(output)
-			if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-				return fmt.Errorf("CDI spec directory: %w", err)
-			}
-			if err := cdi.Write(path, spec); err != nil {
-				return err
-			}
-			log.WithFields(logrus.Fields{"output": output, "kind": spec.Kind, "devices": len(spec.Devices) - 1, "driverVersion": o.DriverVersion}).Info("CDI spec written")
-			return nil
-		},
-	}
-	f := gen.Flags()
-	f.StringVar(&o.Kind, "kind", cdi.DefaultKind, "CDI kind (vendor/class) of the devices")
-	f.StringVar(&o.DriverRoot, "driver-root", host.DefaultDriverRoot, "host directory of the driver tree")
-	f.StringVar(&output, "output", "", "host path of the spec file to write")
-	f.StringVar(&markerDir, "marker-dir", "/run/npu-stack", "host directory of the readiness markers: the driver-ready marker names the loaded version the spec records")
-	group.AddCommand(gen)
-	return group
 }
