@@ -96,6 +96,12 @@ func DriverRetryCommand(namespace, node string) string {
 	return fmt.Sprintf("kubectl delete pod -n %s -l app=npu-driver-daemonset --field-selector spec.nodeName=%s", namespace, node)
 }
 
+// InjectionStatus is the NRI injector's account of why this node's
+// workloads cannot get the driver's user space (cdi.inject): the runtime
+// offers no NRI, and the reason. Absent when the injector is registered
+// or injection is off. npu-hooks status shows it.
+func (k Keys) InjectionStatus() string { return k.key("injection-status") }
+
 // UpgradeFailureReason and UpgradeFailureStep explain upgrade-failed.
 func (k Keys) UpgradeFailureReason() string { return k.key("driver-upgrade.failure-reason") }
 func (k Keys) UpgradeFailureStep() string   { return k.key("driver-upgrade.failure-step") }

@@ -94,6 +94,10 @@ const (
 	// EventHealthProbesPaused: the health-watch stopped probing while the
 	// chips are held for an install; they resume after the reboot.
 	EventHealthProbesPaused EventReason = "HealthProbesPaused"
+	// EventNRIUnavailable: the node's container runtime offers no NRI, so
+	// the injector cannot give workloads the driver's user space and the
+	// node advertises no chip (cdi.inject).
+	EventNRIUnavailable EventReason = "NRIUnavailable"
 )
 
 // Values of boolean labels and annotations.

@@ -193,6 +193,14 @@ func printStatus(w io.Writer, st rollout.Status, format outputFormat, namespace 
 			return fmt.Errorf("write status: %w", err)
 		}
 	}
+	for _, r := range st.Nodes {
+		if r.Injection == "" {
+			continue
+		}
+		if _, err := fmt.Fprintf(w, "workload injection on %s: %s\n", r.Node, r.Injection); err != nil {
+			return fmt.Errorf("write status: %w", err)
+		}
+	}
 	for _, l := range st.LeftBehind {
 		if _, err := fmt.Fprintf(w, "left behind: %s: %s\n", l.Node, l.Reason); err != nil {
 			return fmt.Errorf("write status: %w", err)

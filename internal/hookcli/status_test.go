@@ -33,3 +33,20 @@ func TestPrintStatusShowsTheInstallAndItsRetry(t *testing.T) {
 		t.Errorf("retry offered where nothing waits:\n%s", got)
 	}
 }
+
+// status names a node whose runtime offers no NRI, from the injector's
+// injection-status annotation, and no other node.
+func TestPrintStatusShowsInjectionUnavailable(t *testing.T) {
+	st := rollout.Status{Nodes: []rollout.StatusRow{
+		{Node: "npu-0", State: "up-to-date", Injection: "unavailable: node npu-0: NRI socket /run/nri/nri.sock: no such file or directory; ..."},
+		{Node: "npu-1", State: "up-to-date"},
+	}}
+	var out bytes.Buffer
+	if err := printStatus(&out, st, outputTable, "npu-operator"); err != nil {
+		t.Fatal(err)
+	}
+	got := out.String()
+	if !strings.Contains(got, "workload injection on npu-0: unavailable: node npu-0: NRI socket /run/nri/nri.sock") || strings.Contains(got, "injection on npu-1") {
+		t.Errorf("status:\n%s", got)
+	}
+}

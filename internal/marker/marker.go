@@ -20,11 +20,12 @@
 //     installed. The health-watch pauses its probes while it exists, and
 //     driver-ready is not written again before the reboot, so the device
 //     plugin's and exporter's replacements wait in their gate.
-//   - nri-injector: the NRI injector (internal/nriinject) is registered
-//     with the container runtime; it holds the plugin's name. The
-//     injector's startup probe reads it, so the device plugin, which
-//     starts after it in the same pod, advertises no chip before
-//     workloads can get the driver's user space.
+//   - nri-injector and nri-injector.lock: the NRI injector
+//     (internal/nriinject) is registered with the container runtime, and
+//     the process that registered still lives (injector.go). The device
+//     plugin waits for it before it starts and is restarted when it goes,
+//     so no chip is advertised while workloads cannot get the driver's
+//     user space.
 //
 // Files, not memory, because the containers that write and read them restart
 // independently, and /run being per boot gives the right lifetime for free.
@@ -51,7 +52,6 @@ const (
 	loadedFile = "loaded-version"
 	stagedFile = "staged-version"
 	holdFile   = "install-hold"
-	nriFile    = "nri-injector"
 )
 
 // Dir is the marker directory as this process reaches it (already mapped
@@ -143,16 +143,6 @@ func (d Dir) SetHold(version string) error { return d.write(holdFile, version) }
 
 // ClearHold removes the hold; a missing one is not an error.
 func (d Dir) ClearHold() error { return d.remove(holdFile) }
-
-// Injector returns the name the NRI injector registered under, ok false
-// when it is not registered.
-func (d Dir) Injector() (string, bool, error) { return d.read(nriFile) }
-
-// SetInjector records that the NRI injector registered as name.
-func (d Dir) SetInjector(name string) error { return d.write(nriFile, name) }
-
-// ClearInjector removes the injector's record; a missing one is not an error.
-func (d Dir) ClearInjector() error { return d.remove(nriFile) }
 
 func (d Dir) read(name string) (string, bool, error) {
 	b, err := os.ReadFile(d.file(name))

@@ -7,9 +7,9 @@ import (
 	"os"
 	"path"
 	"strings"
+	"time"
 
 	"github.com/containerd/nri/pkg/api"
-	"github.com/containerd/nri/pkg/stub"
 	"github.com/sirupsen/logrus"
 	cdiapi "tags.cncf.io/container-device-interface/pkg/cdi"
 
@@ -38,6 +38,9 @@ type Plugin struct {
 	Own           Own
 	HostPath      func(string) string
 	Log           logrus.FieldLogger
+	// RetryPeriod: how often to look again for a runtime without NRI
+	// (RetryPeriod when zero).
+	RetryPeriod time.Duration
 }
 
 // CreateContainer injects the allocated chips' driver user space, or
@@ -105,57 +108,4 @@ func (p *Plugin) driver() (Driver, error) {
 		d.Spec = s.Spec
 	}
 	return d, nil
-}
-
-// Run registers p with the runtime's NRI at socket (a path in this
-// process) and serves until ctx ends or the runtime drops the connection
-// (containerd restarted: the caller exits and is restarted). Once the
-// runtime has synchronized it, which is when it starts sending it every
-// container creation, the injector's marker in markers says so.
-func Run(ctx context.Context, p *Plugin, socket string, markers marker.Dir) error {
-	if err := markers.ClearInjector(); err != nil {
-		return err
-	}
-	if _, err := os.Stat(socket); err != nil {
-		return fmt.Errorf("node %s: NRI socket %s: %w; the container runtime offers no NRI: enable it (containerd: [plugins.\"io.containerd.nri.v1.nri\"] disable = false, the default from 2.0) or set cdi.inject=false and mount the driver by hostPath (docs/installation.md)", p.Node, socket, err)
-	}
-	closed := make(chan struct{})
-	synced := make(chan error, 1)
-	r := &registered{Plugin: p, synced: func() { synced <- markers.SetInjector(PluginName) }}
-	st, err := stub.New(r, stub.WithPluginName(PluginName), stub.WithPluginIdx(pluginIndex),
-		stub.WithSocketPath(socket), stub.WithOnClose(func() { close(closed) }))
-	if err != nil {
-		return fmt.Errorf("node %s: NRI plugin: %w", p.Node, err)
-	}
-	if err := st.Start(ctx); err != nil {
-		return fmt.Errorf("node %s: register with NRI at %s: %w", p.Node, socket, err)
-	}
-	defer st.Stop()
-	defer func() { _ = markers.ClearInjector() }()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case err := <-synced:
-			if err != nil {
-				return fmt.Errorf("node %s: record the injector's registration: %w", p.Node, err)
-			}
-			p.Log.WithFields(logrus.Fields{"socket": socket, "runtimeNRI": st.RuntimeNRIVersion(), "pluginNRI": st.PluginNRIVersion()}).Info("registered with NRI")
-		case <-closed:
-			return fmt.Errorf("node %s: the runtime closed the NRI connection at %s (containerd restarted?); exiting so that the kubelet restarts the injector", p.Node, socket)
-		}
-	}
-}
-
-// registered is the plugin as the stub sees it: Synchronize, the
-// runtime's last step before it sends the plugin container creations,
-// records the registration.
-type registered struct {
-	*Plugin
-	synced func()
-}
-
-func (r *registered) Synchronize(context.Context, []*api.PodSandbox, []*api.Container) ([]*api.ContainerUpdate, error) {
-	r.synced()
-	return nil, nil
 }

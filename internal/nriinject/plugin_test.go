@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	nri "github.com/containerd/nri/pkg/adaptation"
 	"github.com/containerd/nri/pkg/api"
@@ -63,7 +64,8 @@ func TestPluginThroughNRI(t *testing.T) {
 		t.Fatal(err)
 	}
 	done := make(chan error, 1)
-	go func() { done <- Run(ctx, p, sock, markers) }()
+	rep := newReports()
+	go func() { done <- Run(ctx, p, sock, markers, rep) }()
 	for registered := false; !registered; {
 		select {
 		case <-changes:
@@ -126,6 +128,62 @@ func TestPluginThroughNRI(t *testing.T) {
 	}
 	if _, ok, _ := markers.Injector(); ok {
 		t.Error("injector marker left after the injector stopped")
+	}
+	if got := <-rep.c; got != "registered" {
+		t.Errorf("reported %q, want registered", got)
+	}
+}
+
+// reports records what Run reported to the Node.
+type reports struct{ c chan string }
+
+func newReports() *reports { return &reports{c: make(chan string, 16)} }
+
+func (r *reports) NoNRI(_ context.Context, why string) { r.c <- "no NRI: " + why }
+func (r *reports) Registered(context.Context)          { r.c <- "registered" }
+
+// TestInjectorWaitsForNRI starts the injector on a node whose runtime
+// offers no NRI yet: it reports that once, naming the socket and the fix,
+// and registers when the runtime's NRI appears, without a restart.
+func TestInjectorWaitsForNRI(t *testing.T) {
+	markers := marker.Dir{Path: t.TempDir()}
+	log, _ := test.NewNullLogger()
+	p := &Plugin{Node: "n1", SpecFile: "/spec.yaml", HostPath: func(s string) string { return s }, Log: log, RetryPeriod: 20 * time.Millisecond}
+	sock := filepath.Join(t.TempDir(), "nri.sock")
+	rep := newReports()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- Run(ctx, p, sock, markers, rep) }()
+	got := <-rep.c
+	if !strings.HasPrefix(got, "no NRI: node n1: NRI socket "+sock) || !strings.Contains(got, "cdi.inject=false") {
+		t.Fatalf("reported %q; want the missing socket, the node and the fix", got)
+	}
+	rt, err := nri.New("test-runtime", "v0",
+		func(ctx context.Context, cb nri.SyncCB) error { _, err := cb(ctx, nil, nil); return err },
+		func(context.Context, []*nri.ContainerUpdate) ([]*nri.ContainerUpdate, error) { return nil, nil },
+		nri.WithSocketPath(sock), nri.WithPluginPath(t.TempDir()), nri.WithPluginConfigPath(t.TempDir()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rt.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer rt.Stop()
+	select {
+	case got = <-rep.c:
+	case err := <-done:
+		t.Fatalf("injector stopped: %v", err)
+	}
+	if got != "registered" {
+		t.Fatalf("reported %q after NRI appeared, want registered (the missing socket reported once)", got)
+	}
+	if _, ok, err := markers.Injector(); !ok || err != nil {
+		t.Fatalf("registered but no live record: %t, %v", ok, err)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
 	}
 }
 

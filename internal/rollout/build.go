@@ -57,7 +57,7 @@ type viewer struct {
 type viewKeys struct {
 	state, skip, driverVersion, driverReady, rebootRequired        string
 	since, bootID, target, rebootReason, rebootStarted, approve    string
-	rebootFrom, installed, installStatus                           string
+	rebootFrom, installed, installStatus, injection                string
 	failureReason, failureStep, rerolled, wasCordoned, specVersion string
 }
 
@@ -68,7 +68,7 @@ func newViewKeys(k contract.Keys) viewKeys {
 		rebootReason: k.RebootReason(), rebootStarted: k.RebootStartedAt(), approve: k.ApproveReboot(),
 		failureReason: k.UpgradeFailureReason(), failureStep: k.UpgradeFailureStep(), rerolled: k.UpgradeRerolled(),
 		wasCordoned: k.UpgradeWasCordoned(), specVersion: k.DriverSpecVersion(), installed: k.InstalledDriver(), installStatus: k.InstallStatus(),
-		rebootFrom: k.RebootFromBootID(),
+		rebootFrom: k.RebootFromBootID(), injection: k.InjectionStatus(),
 	}
 }
 
@@ -119,6 +119,7 @@ func (w *viewer) view(node *corev1.Node) NodeView {
 		Loaded:         l[k.driverVersion],
 		Installed:      a[k.installed],
 		InstallStatus:  a[k.installStatus],
+		Injection:      a[k.injection],
 		DriverReady:    l[k.driverReady] == contract.True,
 		Since:          parseTime(a[k.since]),
 		UpgradeBootID:  a[k.bootID],

@@ -27,6 +27,9 @@ type StatusRow struct {
 	// Install is the driver pod's account of an install on the node
 	// (installing, blocked, failed, installed), with its next try.
 	Install string `json:"install,omitempty"`
+	// Injection is why the node's workloads cannot get the driver's user
+	// space (the runtime offers no NRI), from the NRI injector.
+	Injection string `json:"injection,omitempty"`
 	// sinceTime is when the node entered its state (for Blocker).
 	sinceTime time.Time
 }
@@ -51,7 +54,7 @@ func BuildStatus(s Snapshot, d Decision, now time.Time) Status {
 		r := StatusRow{
 			Node: n.Name, State: n.RawState, Loaded: n.Loaded, Desired: n.Desired,
 			RebootRequired: n.RebootRequired, RebootReason: n.RebootReason, Approved: n.Approved,
-			Ready: n.Ready, Cordoned: n.Unschedulable, Note: d.Waiting[n.Name], Install: n.InstallStatus,
+			Ready: n.Ready, Cordoned: n.Unschedulable, Note: d.Waiting[n.Name], Install: n.InstallStatus, Injection: n.Injection,
 		}
 		if r.State == "" {
 			r.State = "up-to-date"

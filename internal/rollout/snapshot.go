@@ -50,7 +50,10 @@ type NodeView struct {
 	// InstallStatus is the driver pod's install-status: an install
 	// over the loaded driver or a repair, and what it waits for.
 	InstallStatus string
-	DriverReady   bool
+	// Injection is the NRI injector's injection-status: why workloads
+	// cannot get the driver's user space here ("" when they can).
+	Injection   string
+	DriverReady bool
 
 	// Bookkeeping annotations.
 	WasCordoned    *bool

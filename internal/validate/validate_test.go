@@ -55,13 +55,15 @@ func TestCheckNamesEveryFailure(t *testing.T) {
 			}
 		}, want: []string{"marker /run/npu-stack/driver-ready is missing", "no NPU driver is loaded", "npu-smi info failed with code 187"}},
 		{name: "injector required, not registered", driver: "25.5.0", setup: func(c *Checker, h *simhost.Host) { setMarker(t, h); c.RequireInjector = true },
-			want: []string{"node n1: the NRI injector is not registered with the container runtime (no marker /run/npu-stack/nri-injector)", "cdi.inject=false"}},
+			want: []string{"node n1: the NRI injector is not registered with the container runtime (no live record in /run/npu-stack)", "cdi.inject=false"}},
 		{name: "injector required and registered", driver: "25.5.0", setup: func(c *Checker, h *simhost.Host) {
 			setMarker(t, h)
 			c.RequireInjector = true
-			if err := (marker.Dir{Path: h.Path("/run/npu-stack")}).SetInjector("npu-stack-inject"); err != nil {
+			release, err := (marker.Dir{Path: h.Path("/run/npu-stack")}).HoldInjector("npu-stack-inject")
+			if err != nil {
 				t.Fatal(err)
 			}
+			t.Cleanup(release)
 		}},
 		{name: "old version loaded", driver: "25.3.0", setup: func(_ *Checker, h *simhost.Host) { setMarker(t, h) },
 			want: []string{"driver 25.3.0 is loaded, want 25.5.0"}},
