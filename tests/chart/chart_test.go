@@ -37,8 +37,7 @@ func variants() []variant {
 		{name: "sysrq-pull-secrets-namespace", vals: map[string]any{"rebooter": map[string]any{"method": "sysrq"}, "imagePullSecrets": []any{"regcred"}, "createNamespace": true,
 			"driver": map[string]any{"upgradePolicy": map[string]any{"rerollTargets": []any{map[string]any{"namespace": "dra", "name": "npu-dra-plugin"}, map[string]any{"namespace": "dra", "selector": "app=x"}}}}}},
 		{name: "mixed-fleet", vals: mixedFleet},
-		{name: "inject", vals: map[string]any{"cdi": map[string]any{"inject": true}}},
-		{name: "inject-two-profiles", vals: map[string]any{"cdi": map[string]any{"inject": true}, "driver": twoProfiles["driver"]}},
+		{name: "no-inject", vals: map[string]any{"cdi": map[string]any{"inject": false}}},
 	}
 }
 
@@ -96,7 +95,7 @@ func hasArg(args []string, want string) bool { return slices.Contains(args, want
 
 func TestDefaultsRenderTheWholeStack(t *testing.T) {
 	r := mustRender(t, variant{name: "defaults"})
-	if got, want := r.names("DaemonSet"), []string{"npu-stack-device-plugin", "npu-stack-driver-910b", "npu-stack-exporter", "npu-stack-rebooter"}; !reflect.DeepEqual(got, want) {
+	if got, want := r.names("DaemonSet"), []string{"npu-stack-device-plugin", "npu-stack-driver-910b", "npu-stack-exporter", "npu-stack-nri-injector", "npu-stack-rebooter"}; !reflect.DeepEqual(got, want) {
 		t.Fatalf("DaemonSets %v, want %v", got, want)
 	}
 	for _, o := range r.objects {
@@ -327,8 +326,9 @@ func TestRBACIsLeastPrivilege(t *testing.T) {
 			}
 			for comp := range patchNodes {
 				// The vendor device plugin patches its own labels and
-				// annotations, as upstream's ClusterRole allows.
-				if comp != "rollout" && comp != "rebooter" && comp != "driver" && comp != "device-plugin" {
+				// annotations, as upstream's ClusterRole allows; the NRI
+				// injector its injection-status annotation.
+				if comp != "rollout" && comp != "rebooter" && comp != "driver" && comp != "device-plugin" && comp != "nri-injector" {
 					t.Errorf("component %s may patch Nodes", comp)
 				}
 			}

@@ -198,6 +198,7 @@ func TestVendorContainersStartAsUpstream(t *testing.T) {
 		{name: "passthrough", vals: map[string]any{"driver": map[string]any{"enabled": false, "hostDriverPath": "/var/lib/Ascend/driver"}},
 			paths: map[string]string{"": "/var/lib/Ascend/driver"}},
 		{name: "mixed-fleet", vals: mixedFleet, paths: map[string]string{"": "/usr/local/Ascend/driver", "-910b-kubeos": "/var/lib/Ascend/driver"}},
+		{name: "no-inject", vals: map[string]any{"cdi": map[string]any{"inject": false}}, paths: map[string]string{"": "/usr/local/Ascend/driver"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := mustRender(t, variant{name: tc.name, vals: tc.vals})
@@ -207,7 +208,22 @@ func TestVendorContainersStartAsUpstream(t *testing.T) {
 					t.Fatalf("no DaemonSet npu-stack-device-plugin%s (have %v)", suffix, r.names("DaemonSet"))
 				}
 				c := containers(t, dp, "containers")["device-plugin"]
-				if cmd := strs(c["command"]); !slices.Equal(cmd, umaskCommand("/usr/local/bin/device-plugin")) {
+				// cdi.inject (the default): the command first waits for the
+				// NRI injector.
+				// Its startup and liveness probes tie it to the injector.
+				wantCmd := []string{"/bin/bash", "-c", `/opt/npu-stack/bin/npu-healthwatch nri-ready --wait --marker-dir='/run/npu-stack' && umask 027 && exec "$0" "$@"`, "/usr/local/bin/device-plugin"}
+				probe := "[/opt/npu-stack/bin/npu-healthwatch nri-ready --marker-dir=/run/npu-stack]"
+				if tc.name == "no-inject" {
+					wantCmd, probe = umaskCommand("/usr/local/bin/device-plugin"), "[]"
+				}
+				for _, p := range []string{"startupProbe", "livenessProbe"} {
+					pr, _ := c[p].(map[string]any)
+					ex, _ := pr["exec"].(map[string]any)
+					if got := fmt.Sprint(strs(ex["command"])); got != probe {
+						t.Errorf("%s: device plugin %s %s, want %s", dp.GetName(), p, got, probe)
+					}
+				}
+				if cmd := strs(c["command"]); !slices.Equal(cmd, wantCmd) {
 					t.Errorf("%s: device plugin command %q, want its binary (the image has no ENTRYPOINT) under umask 027", dp.GetName(), cmd)
 				}
 				if args := strs(c["args"]); !hasArg(args, "-logFile=/var/log/mindx-dl/devicePlugin/devicePlugin.log") || !hasArg(args, "-logLevel=0") {
@@ -329,7 +345,7 @@ func checkUpstreamSecurity(t *testing.T, where string, c map[string]any) {
 func TestEachDriverPathGetsItsOwnDevicePlugin(t *testing.T) {
 	r := mustRender(t, variant{name: "mixed-fleet", vals: mixedFleet})
 	wantDS := []string{"npu-stack-device-plugin", "npu-stack-device-plugin-910b-kubeos", "npu-stack-driver-310p-kubeos", "npu-stack-driver-910b-kubeos",
-		"npu-stack-driver-910b-ubuntu", "npu-stack-exporter", "npu-stack-exporter-910b-kubeos", "npu-stack-rebooter"}
+		"npu-stack-driver-910b-ubuntu", "npu-stack-exporter", "npu-stack-exporter-910b-kubeos", "npu-stack-nri-injector", "npu-stack-nri-injector-910b-kubeos", "npu-stack-rebooter"}
 	if got := r.names("DaemonSet"); !slices.Equal(got, wantDS) {
 		t.Fatalf("DaemonSets %v, want %v", got, wantDS)
 	}

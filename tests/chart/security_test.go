@@ -39,6 +39,9 @@ var securityTable = map[string]containerSecurity{
 	// Connects to the runtime's root-owned NRI socket, reads the spec and
 	// stats /dev: root, no capability.
 	"nri-injector/nri-inject": {},
+	// Copies npu-healthwatch into an emptyDir for the device plugin's
+	// command and probes: the image's user, no capability.
+	"device-plugin/install-nri-ready": {},
 	// The vendor plugin enumerates the chips through the driver's dcmi.
 	"device-plugin/device-plugin": {privileged: true},
 	// The vendor exporter reads chip metrics through dcmi (/dev/davinci*).

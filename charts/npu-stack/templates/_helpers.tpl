@@ -452,3 +452,10 @@ follow as "$@", never parsed by the shell.
 {{- define "npu-stack.umaskCommand" -}}
 {{ list "/bin/bash" "-c" "umask 027; exec \"$0\" \"$@\"" . | toJson }}
 {{- end }}
+
+{{/* umaskCommand after a command that must succeed first: (list
+"first command" "/path/binary"). The first command is the chart's own
+text; the binary's flags stay positional parameters. */}}
+{{- define "npu-stack.umaskCommandAfter" -}}
+{{ list "/bin/bash" "-c" (printf "%s && umask 027 && exec \"$0\" \"$@\"" (index . 0)) (index . 1) | toJson }}
+{{- end }}
