@@ -67,6 +67,7 @@ type Node struct {
 	done   chan struct{}
 	pods   map[string]*podRun // owned by the worker goroutine
 	images *images
+	nri    *nriRuntime
 
 	statusMu sync.Mutex
 	ready    bool
@@ -99,17 +100,23 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		done:   make(chan struct{}),
 		ready:  true,
 	}
+	n.nri = &nriRuntime{host: h, dir: cfg.Dir}
+	if err := n.nri.start(); err != nil {
+		return nil, fmt.Errorf("node %s: %w", cfg.Name, err)
+	}
 	port, closeAPI, err := n.serveKubeletAPI()
 	if err != nil {
+		n.nri.stop()
 		return nil, err
 	}
 	if err := n.register(ctx, port); err != nil {
 		closeAPI()
+		n.nri.stop()
 		return nil, err
 	}
 	runCtx, cancel := context.WithCancel(context.Background())
 	n.cancel = cancel
-	go func() { <-runCtx.Done(); closeAPI() }()
+	go func() { <-runCtx.Done(); closeAPI(); n.nri.stop() }()
 
 	factory := informers.NewSharedInformerFactoryWithOptions(cfg.Client, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 		o.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", cfg.Name).String()

@@ -66,6 +66,9 @@ func (n *Node) reboot(ctx context.Context) error {
 	if st.RebootRequest == "" {
 		// A retry after the reboot itself happened but the final status
 		// write failed: only that write is left to do, delay included.
+		if err := n.nri.start(); err != nil {
+			return fmt.Errorf("node %s: boot: %w", n.cfg.Name, err)
+		}
 		return n.reportBoot(ctx, st.BootID)
 	}
 	n.statusMu.Lock()
@@ -77,6 +80,7 @@ func (n *Node) reboot(ctx context.Context) error {
 	for _, r := range n.pods {
 		r.kill(0)
 	}
+	n.nri.stop()
 	if n.lost.Load() {
 		n.gone.Store(true)
 		return nil
@@ -88,6 +92,9 @@ func (n *Node) reboot(ctx context.Context) error {
 	bootID, err := n.host.BootID()
 	if err != nil {
 		return err
+	}
+	if err := n.nri.start(); err != nil {
+		return fmt.Errorf("node %s: boot: %w", n.cfg.Name, err)
 	}
 	for key, r := range n.pods {
 		r.afterReboot()
