@@ -35,9 +35,10 @@ type Story struct {
 	// reboots are the reboots each real node has had to have so far.
 	reboots map[string]int
 	// workloadImage is an image real nodes run (the stand-in device
-	// plugin's); workload the UID of the workload's pod last seen.
+	// plugin's); workloads the UID of the workload's pod last seen, by
+	// real node.
 	workloadImage string
-	workload      types.UID
+	workloads     map[string]types.UID
 }
 
 type nodeStats struct {
@@ -96,8 +97,7 @@ func (s *Story) Run(ctx context.Context) error {
 		return err
 	}
 	if len(s.Fleet.Real) > 0 {
-		var err error
-		if s.workload, err = s.startWorkload(ctx, s.workloadImage, v1); err != nil {
+		if err := s.startWorkloads(ctx, s.workloadImage, v1); err != nil {
 			return err
 		}
 	}
@@ -151,10 +151,11 @@ func (s *Story) Run(ctx context.Context) error {
 			return err
 		}
 		// The recovery drained the node: the workload is back on a new pod.
-		var err error
-		if s.workload, err = s.workloadRunning(ctx, s.workload, v2); err != nil {
+		uid, err := s.workloadRunning(ctx, real, s.workloads[real.Name()], v2)
+		if err != nil {
 			return err
 		}
+		s.workloads[real.Name()] = uid
 	}
 
 	s.title("4/4 rollback: helm rollback %s 1 (back to %s), approved up front", s.Release, v1)
@@ -192,9 +193,7 @@ func (s *Story) realUpgraded(ctx context.Context, version string) error {
 	if err := s.checkReal(version); err != nil {
 		return err
 	}
-	uid, err := s.workloadRunning(ctx, s.workload, version)
-	s.workload = uid
-	return err
+	return s.workloadsRunning(ctx, version)
 }
 
 // heal wedges a chip of node name and waits for automatic recovery: the
