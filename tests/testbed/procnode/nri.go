@@ -8,6 +8,8 @@ import (
 	"sync"
 
 	nri "github.com/containerd/nri/pkg/adaptation"
+	nrilog "github.com/containerd/nri/pkg/log"
+	"github.com/sirupsen/logrus"
 
 	"github.com/openfuyao/npu-stack/internal/host/simhost"
 )
@@ -56,6 +58,7 @@ func (r *nriRuntime) stop() {
 // kubelet are not created through it: injection itself is tested on the
 // real nodes. The caller stops the returned runtime.
 func startNRI(h *simhost.Host, dir string) (*nri.Adaptation, error) {
+	quietNRI.Do(func() { nrilog.Set(errorsOnly{}) })
 	sock := h.Path(NRISocket)
 	if len(sock) > maxSocketPath {
 		return nil, fmt.Errorf("NRI socket path %s is %d bytes, more than a Unix socket allows (%d): give the node a shorter directory", sock, len(sock), maxSocketPath)
@@ -74,4 +77,20 @@ func startNRI(h *simhost.Host, dir string) (*nri.Adaptation, error) {
 		return nil, fmt.Errorf("NRI at %s: %w", sock, err)
 	}
 	return rt, nil
+}
+
+// quietNRI: NRI's logger is one per process (nrilog.Set), and its runtime
+// side logs every start and stop at info level: a fleet of process nodes
+// rebooting would fill the demo's output. It is set once, before the
+// first runtime starts.
+var quietNRI sync.Once
+
+// errorsOnly passes NRI's errors to logrus and drops the rest.
+type errorsOnly struct{}
+
+func (errorsOnly) Debugf(context.Context, string, ...any) {}
+func (errorsOnly) Infof(context.Context, string, ...any)  {}
+func (errorsOnly) Warnf(context.Context, string, ...any)  {}
+func (errorsOnly) Errorf(_ context.Context, format string, args ...any) {
+	logrus.Errorf("NRI: "+format, args...)
 }
