@@ -58,7 +58,7 @@ func (s *shared) nriInject() *cobra.Command {
 			p.HostPath = h.Path
 			p.Log = log.WithField("node", p.Node)
 			report := nodeReport{node: p.Node, keys: k, nodes: kube.Nodes{Client: client}, events: rec, log: p.Log}
-			return nriinject.Run(cmd.Context(), &p, h.Path(socket), marker.Dir{Path: h.Path(markerDir)}, report)
+			return nriinject.Run(cmd.Context(), &p, socket, marker.Dir{Path: h.Path(markerDir)}, report)
 		},
 	}
 	f := cmd.Flags()

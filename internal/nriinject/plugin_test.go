@@ -45,11 +45,11 @@ func TestPluginThroughNRI(t *testing.T) {
 	p := &Plugin{Node: "n1", SpecFile: "/var/run/cdi/huawei-com-npu.yaml", MarkerDir: "/run/npu-stack", RequireMarker: true,
 		Own: Own{Namespace: "npu-operator", Instance: "npu-stack"}, HostPath: hostPath, Log: log}
 
-	sock := filepath.Join(t.TempDir(), "nri.sock")
+	sock := "/run/nri/nri.sock" // on the host root
 	rt, err := nri.New("test-runtime", "v0",
 		func(ctx context.Context, cb nri.SyncCB) error { _, err := cb(ctx, nil, nil); return err },
 		func(context.Context, []*nri.ContainerUpdate) ([]*nri.ContainerUpdate, error) { return nil, nil },
-		nri.WithSocketPath(sock), nri.WithPluginPath(t.TempDir()), nri.WithPluginConfigPath(t.TempDir()))
+		nri.WithSocketPath(hostPath(sock)), nri.WithPluginPath(t.TempDir()), nri.WithPluginConfigPath(t.TempDir()))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -27,8 +27,8 @@ type Reporter interface {
 // restart) needs no restart of the injector.
 const RetryPeriod = 5 * time.Second
 
-// Run registers p with the runtime's NRI at socket (a path in this
-// process) and serves until ctx ends or the runtime drops the connection
+// Run registers p with the runtime's NRI at socket (a host path, reached
+// through p.HostPath; messages name the host path) and serves until ctx ends or the runtime drops the connection
 // (containerd restarted: the caller exits and is restarted). While the
 // runtime offers no NRI it says so through report and tries again every
 // p.RetryPeriod. Once the runtime has synchronized it, which is when it
@@ -71,7 +71,8 @@ type session struct {
 }
 
 func connect(ctx context.Context, p *Plugin, socket string) (*session, error) {
-	if _, err := os.Stat(socket); err != nil {
+	local := p.HostPath(socket)
+	if _, err := os.Stat(local); err != nil {
 		return nil, fmt.Errorf("node %s: NRI socket %s: %w; the container runtime offers no NRI: enable it (containerd: [plugins.\"io.containerd.nri.v1.nri\"] disable = false, the default from 2.0) or set cdi.inject=false and mount the driver by hostPath (docs/installation.md)", p.Node, socket, errors.Unwrap(err))
 	}
 	s := &session{closed: make(chan struct{}), synced: make(chan struct{}, 1)}
@@ -82,7 +83,7 @@ func connect(ctx context.Context, p *Plugin, socket string) (*session, error) {
 		}
 	}}
 	st, err := stub.New(r, stub.WithPluginName(PluginName), stub.WithPluginIdx(pluginIndex),
-		stub.WithSocketPath(socket), stub.WithOnClose(func() { close(s.closed) }))
+		stub.WithSocketPath(local), stub.WithOnClose(func() { close(s.closed) }))
 	if err != nil {
 		return nil, fmt.Errorf("node %s: NRI plugin: %w", p.Node, err)
 	}

@@ -61,6 +61,8 @@ type fleetOptions struct {
 	// metricsPort is healthWatch.metricsPort (0: off, as the test bed sets
 	// it unless a test chooses a port).
 	metricsPort int
+	// noNRI: the nodes' runtime offers no NRI when the chart is installed.
+	noNRI bool
 }
 
 type fleet struct {
@@ -91,6 +93,11 @@ func newFleet(t *testing.T, o fleetOptions) *fleet {
 		t.Fatal(err)
 	}
 	f := &fleet{t: t, ns: ns, nodes: nodes}
+	if o.noNRI {
+		for _, n := range nodes {
+			n.StopNRI()
+		}
+	}
 	t.Cleanup(func() {
 		if t.Failed() {
 			for _, n := range f.nodes {

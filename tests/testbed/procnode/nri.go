@@ -94,3 +94,10 @@ func (errorsOnly) Warnf(context.Context, string, ...any)  {}
 func (errorsOnly) Errorf(_ context.Context, format string, args ...any) {
 	logrus.Errorf("NRI: "+format, args...)
 }
+
+// StopNRI takes the node's NRI away, as on a runtime without NRI: its
+// socket is gone until StartNRI or the next boot.
+func (n *Node) StopNRI() { n.nri.stop() }
+
+// StartNRI offers NRI again (a runtime reconfigured and restarted).
+func (n *Node) StartNRI() error { return n.nri.start() }
