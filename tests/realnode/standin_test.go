@@ -371,7 +371,7 @@ func checkWorkload(ctx context.Context, t *testing.T, ns string, node *realnode.
 	if err := yaml.NewYAMLOrJSONDecoder(strings.NewReader(block), 4096).Decode(&pod); err != nil {
 		t.Fatalf("docs/installation.md workload: %v", err)
 	}
-	pod.Name, pod.Labels = "workload", map[string]string{"app": "workload"}
+	pod.Namespace, pod.Name, pod.Labels = ns, "workload", map[string]string{"app": "workload"}
 	pod.Spec.NodeName, pod.Spec.RestartPolicy = node.Name(), corev1.RestartPolicyNever
 	pod.Spec.TerminationGracePeriodSeconds = ptr.To[int64](1)
 	c := &pod.Spec.Containers[0]
@@ -495,7 +495,9 @@ func waitTerminated(ctx context.Context, t *testing.T, ns, name, container strin
 
 // checkLoaderError runs the node's npu-smi (the host's / at /host) in a
 // container of the device plugin's image, which has a C library but not
-// the driver's libraries: the loader refuses it, exit 127.
+// the driver's libraries, and no chip (so the NRI injector leaves it
+// alone; not privileged, which would show it every chip): the loader
+// refuses it, exit 127.
 func checkLoaderError(ctx context.Context, t *testing.T, ns string, node *realnode.Node, image string) {
 	t.Helper()
 	pod := &corev1.Pod{
@@ -509,7 +511,7 @@ func checkLoaderError(ctx context.Context, t *testing.T, ns string, node *realno
 				Name:            "npu-smi",
 				Image:           image,
 				Command:         []string{"/host/usr/local/bin/npu-smi", "info"},
-				SecurityContext: &corev1.SecurityContext{Privileged: ptr.To(true), RunAsUser: ptr.To[int64](0)},
+				SecurityContext: &corev1.SecurityContext{RunAsUser: ptr.To[int64](0)},
 				VolumeMounts:    []corev1.VolumeMount{{Name: "host", MountPath: "/host", ReadOnly: true}},
 			}},
 			Volumes: []corev1.Volume{{Name: "host", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/", Type: ptr.To(corev1.HostPathDirectory)}}}},
