@@ -97,30 +97,47 @@ release: ## VERSION=x.y.z [REGISTRY=host/path]: images, chart, npu-hooks tarball
 	done
 	$(GO) run ./tools/npu-release archives --version $(VERSION) --bin-dir $(RELEASE_DIR)/bin --out $(DIST) $(addprefix --platforms ,$(HOOKS_PLATFORMS))
 
-# The demo's real 910B and 310P nodes need the node binaries (make nodes);
-# DEMO_REAL_NODES=0 leaves them out, and their build.
-demo: controlplane $(if $(filter 0,$(DEMO_REAL_NODES)),,nodes) ## the main job: install, manual upgrade, chip self-healing and rollback on a local cluster (DEMO_NODES simulated nodes, default 6, and a real 910B and 310P node)
-	$(GO) run ./tests/cmd/npu-demo
+# The demo checks the machine first (ci/prereqs.sh: installs the missing
+# Debian packages as root, else names the command that does), in the
+# first second rather than after a build of many minutes. Its real 910B
+# and 310P nodes need the node binaries (make nodes); DEMO_REAL_NODES=0
+# leaves them out, and their build. The demo program is built with a
+# printed step, then run: `go run` compiled it for minutes in silence.
+# The sub-make, not prerequisites of this target, so that under -j
+# nothing builds before the check.
+DEMO_BIN ?= $(CURDIR)/.cache/bin/npu-demo
+demo: ## the main job: install, manual upgrade, chip self-healing and rollback on a local cluster (DEMO_NODES simulated nodes, default 6, and a real 910B and 310P node)
+	@bash ci/prereqs.sh demo
+	@$(MAKE) --no-print-directory controlplane $(if $(filter 0,$(DEMO_REAL_NODES)),,nodes)
+	@bash ci/progress.sh 1 1 "building the demo program (tests/cmd/npu-demo) into $(DEMO_BIN): about 5 min with a cold Go cache, seconds after" $(GO) build -o $(DEMO_BIN) ./tests/cmd/npu-demo
+	$(DEMO_BIN)
 
 controlplane: ## build etcd, kube-apiserver, controller-manager, scheduler, kubectl, kwok once into .cache/
 	bash ci/build-controlplane.sh
 
-engines: ## build the deployers the tests drive (helm v3/v4, helmfile, Flux source-controller and helm-controller, Argo CD) once into .cache/engines
-	bash ci/build-engines.sh
+# ENGINES=helm3 builds only that one (the README tour's helm CLI): all
+# six take about 28 min with a cold Go cache on 2 cores, helm v3 about 2.
+ENGINES ?=
+engines: ## build the deployers the tests drive (helm v3/v4, helmfile, Flux source-controller and helm-controller, Argo CD) once into .cache/engines; ENGINES=helm3 only that one
+	bash ci/build-engines.sh $(ENGINES)
 
 nodes: ## build what real test-bed nodes run (kubelet, containerd, runc, CNI plugins, crictl, pause) once into .cache/nodes
 	bash ci/build-nodes.sh
 
-# The deployers and the real nodes' binaries build while the tests run:
-# the tests that need them wait for that build (ci/test.sh).
-test: controlplane ## run every test (unit and integration on the local control plane)
+# The machine is checked first (ci/prereqs.sh, as for the demo). The
+# deployers and the real nodes' binaries build while the tests run: the
+# tests that need them wait for that build (ci/test.sh).
+test: ## run every test (unit and integration on the local control plane)
+	@bash ci/prereqs.sh test
+	@$(MAKE) --no-print-directory controlplane
 	GO=$(GO) bash ci/test.sh .cache $(TEST_FLAGS) $(TEST_FIRST) ./...
 
-# The fast loop: what needs no control plane (lint, the unit tests and the
-# chart's render and schema tests; -short skips the chart tests that need
-# the API server, which make test runs).
+# The fast loop: what needs no control plane (lint, the unit tests, the
+# chart's render and schema tests, and the tests of ci/prereqs.sh and
+# ci/progress.sh; -short skips the chart tests that need the API server,
+# which make test runs).
 check: lint ## lint, unit and chart tests, no control plane (a few minutes)
-	$(GO) test -short -count=1 ./internal/... ./cmd/... ./tests/chart/
+	$(GO) test -short -count=1 ./internal/... ./cmd/... ./tests/chart/ ./tests/ciscripts/
 
 unit: ## run the tests that need no control plane
 	$(GO) test -short ./internal/... ./cmd/...

@@ -34,20 +34,25 @@ ldflags="-s -w \
  -X k8s.io/component-base/version.gitTreeState=clean \
  -X k8s.io/component-base/version.buildDate=1970-01-01T00:00:00Z"
 
-echo "building Kubernetes $kube_version control plane into $out/bin (takes several minutes once)"
-(cd "$root/ci/controlplane" && go build -trimpath -ldflags "$ldflags" -o "$out/bin/" \
+# shellcheck source=ci/progress.sh
+source "$root/ci/progress.sh"
+start=$SECONDS
+echo "building the Kubernetes $kube_version control plane into $out/bin, once: about 19 min on 2 cores with cold Go caches (kube-apiserver and the other three take most of it), a few minutes with warm ones"
+# Each build in a subshell function: step runs it while it prints.
+build_kube() (cd "$root/ci/controlplane" && go build -trimpath -ldflags "$ldflags" -o "$out/bin/" \
 	k8s.io/kubernetes/cmd/kube-apiserver \
 	k8s.io/kubernetes/cmd/kube-controller-manager \
 	k8s.io/kubernetes/cmd/kube-scheduler \
 	k8s.io/kubernetes/cmd/kubectl)
-echo "building etcd"
-(cd "$root/ci/etcd" && go build -trimpath -ldflags "-s -w" -o "$out/bin/etcd" go.etcd.io/etcd/server/v3)
-echo "building kwok"
-(cd "$root/ci/kwok" && go build -trimpath -ldflags "-s -w" -o "$out/bin/kwok" sigs.k8s.io/kwok/cmd/kwok)
+build_etcd() (cd "$root/ci/etcd" && go build -trimpath -ldflags "-s -w" -o "$out/bin/etcd" go.etcd.io/etcd/server/v3)
+build_kwok() (cd "$root/ci/kwok" && go build -trimpath -ldflags "-s -w" -o "$out/bin/kwok" sigs.k8s.io/kwok/cmd/kwok)
 # The test bed's OCI registry: CNCF distribution, the registry most
 # private and air-gapped mirrors run.
-echo "building the distribution registry"
-(cd "$root/ci/registry" && go build -trimpath -ldflags "-s -w" -o "$out/bin/registry" github.com/distribution/distribution/v3/cmd/registry)
+build_registry() (cd "$root/ci/registry" && go build -trimpath -ldflags "-s -w" -o "$out/bin/registry" github.com/distribution/distribution/v3/cmd/registry)
+step 1 4 "kube-apiserver, kube-controller-manager, kube-scheduler, kubectl $kube_version" build_kube
+step 2 4 "etcd" build_etcd
+step 3 4 "kwok" build_kwok
+step 4 4 "the distribution registry" build_registry
 # KWOK needs its lifecycle stages as config; take the upstream "fast" node
 # and pod stages plus lease heartbeats from the pinned module.
 kwok_dir=$(cd "$root/ci/kwok" && go list -m -f '{{.Dir}}' sigs.k8s.io/kwok)
@@ -57,4 +62,4 @@ for f in node/fast/node-initialize.yaml node/heartbeat-with-lease/node-heartbeat
 	echo "---"
 done > "$out/kwok-stages.yaml"
 echo "$want" > "$out/stamp"
-echo "control plane binaries ready in $out/bin"
+echo "control plane binaries ready in $out/bin ($(duration $((SECONDS - start))))"

@@ -7,7 +7,8 @@
 # engine (Go version + that directory's files) makes a second run a no-op
 # and rebuilds only the engine whose pins changed.
 #
-# usage: ci/build-engines.sh [engine...]   (default: every engine)
+# usage: ci/build-engines.sh [engine...]   (default: every engine; the
+# README tour needs only helm3: `make engines ENGINES=helm3`)
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -21,7 +22,12 @@ if ((${#engines[@]} == 0)); then
 	done
 fi
 
+# shellcheck source=ci/progress.sh
+source "$root/ci/progress.sh"
+build_engine() (cd "$1" && bash ./build.sh "$out")
+n=0
 for e in "${engines[@]}"; do
+	n=$((n + 1))
 	dir=$root/ci/engines/$e
 	if [[ ! -f $dir/build.sh ]]; then
 		echo "unknown engine $e: no $dir/build.sh" >&2
@@ -29,13 +35,11 @@ for e in "${engines[@]}"; do
 	fi
 	want=$({ go version; cd "$dir" && find . -type f | LC_ALL=C sort | xargs sha256sum; } | sha256sum | cut -d' ' -f1)
 	if [[ -f $out/stamps/$e && $(cat "$out/stamps/$e") == "$want" ]]; then
-		echo "engine $e up to date in $out"
+		echo "[$n/${#engines[@]}] engine $e up to date in $out"
 		continue
 	fi
 	rm -f "$out/stamps/$e"
-	echo "building engine $e into $out (once; reused until ci/engines/$e changes)"
-	start=$SECONDS
-	(cd "$dir" && bash ./build.sh "$out")
+	step "$n" "${#engines[@]}" "building engine $e into $out (once; reused until ci/engines/$e changes)" \
+		build_engine "$dir"
 	echo "$want" > "$out/stamps/$e"
-	echo "engine $e built in $((SECONDS - start)) s"
 done

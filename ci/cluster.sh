@@ -14,7 +14,10 @@ up)
 	if running; then
 		echo "cluster already running (pid $(cat "$pidfile")); stop it with: make cluster-down"
 	else
-		go build -o "$root/bin/npu-cluster" "$root/tests/cmd/npu-cluster"
+		# shellcheck source=ci/progress.sh
+		source "$root/ci/progress.sh"
+		step 1 1 "building bin/npu-cluster (tests/cmd/npu-cluster): minutes with a cold Go cache, seconds after" \
+			go build -o "$root/bin/npu-cluster" "$root/tests/cmd/npu-cluster"
 		# The GitOps engines asked for, built once into .cache/engines.
 		engines=()
 		[[ " ${CLUSTER_ARGS:-} " == *" --flux "* ]] && engines+=(flux source-controller)
@@ -27,16 +30,29 @@ up)
 		# shellcheck disable=SC2086 # CLUSTER_ARGS holds several flags
 		nohup bin/npu-cluster up --state-dir "$state" ${CLUSTER_ARGS:-} </dev/null >"$state/cluster.log" 2>&1 &
 		echo $! >"$pidfile"
-		for _ in $(seq 1 300); do
+		# The log's new lines are shown while it starts: its steps, and a
+		# line every 30 s while one runs (the first start builds
+		# npu-stack's binaries for minutes).
+		shown=0
+		show_log() {
+			local total
+			total=$(wc -l <"$state/cluster.log")
+			if ((total > shown)); then
+				sed -n "$((shown + 1)),${total}p" "$state/cluster.log"
+				shown=$total
+			fi
+		}
+		for _ in $(seq 1 1200); do
+			show_log
 			[[ -f $state/ready ]] && break
 			if ! running; then
-				echo "cluster failed to start; log:" >&2
-				tail -n 30 "$state/cluster.log" >&2
+				show_log
+				echo "cluster failed to start; log: $state/cluster.log" >&2
 				exit 1
 			fi
 			sleep 1
 		done
-		[[ -f $state/ready ]] || { echo "cluster did not become ready in 5 minutes; see $state/cluster.log" >&2; exit 1; }
+		[[ -f $state/ready ]] || { echo "cluster did not become ready in 20 minutes; see $state/cluster.log" >&2; exit 1; }
 	fi
 	cat <<MSG
 local cluster running (pid $(cat "$pidfile")); point your tools at it with:

@@ -1,0 +1,169 @@
+// Package ciscripts tests the shell scripts every newcomer's first run
+// goes through: ci/prereqs.sh, which must refuse a machine that lacks a
+// prerequisite in seconds (not after a 19-minute build) and name the
+// command that fixes it, and ci/progress.sh, which must keep a long build
+// from looking hung. No control plane: they run under make check.
+package ciscripts_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// repoRoot is the checkout: this package is tests/ciscripts.
+func repoRoot(t *testing.T) string {
+	t.Helper()
+	root, err := filepath.Abs(filepath.Join("..", ".."))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return root
+}
+
+// pathWithout is a directory of links to every command on PATH but
+// drop, for a PATH that lacks it and has everything else; readable by
+// anyone, for runs as another user.
+func pathWithout(t *testing.T, drop ...string) string {
+	t.Helper()
+	// Not t.TempDir(): its parent is private to this user.
+	dir, err := os.MkdirTemp("", "ciscripts-path-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	skip := map[string]bool{}
+	for _, d := range drop {
+		skip[d] = true
+	}
+	for _, p := range filepath.SplitList(os.Getenv("PATH")) {
+		entries, err := os.ReadDir(p)
+		if err != nil {
+			continue // a PATH entry that does not exist
+		}
+		for _, e := range entries {
+			link := filepath.Join(dir, e.Name())
+			if skip[e.Name()] {
+				continue
+			}
+			if _, err := os.Lstat(link); err == nil {
+				continue // an earlier PATH entry's wins, as in a lookup
+			}
+			if err := os.Symlink(filepath.Join(p, e.Name()), link); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	return dir
+}
+
+// run runs a script of the checkout with env added to this process's,
+// as uid (-1: this process's user), and returns its combined output,
+// its exit code and how long it took.
+func run(t *testing.T, uid int, env []string, args ...string) (string, int, time.Duration) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "bash", args...)
+	cmd.Dir = repoRoot(t)
+	cmd.Env = append(os.Environ(), env...)
+	if uid >= 0 {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(uid)}}
+	}
+	start := time.Now()
+	out, err := cmd.CombinedOutput()
+	took := time.Since(start)
+	var exit *exec.ExitError
+	switch {
+	case err == nil:
+		return string(out), 0, took
+	case errors.As(err, &exit):
+		return string(out), exit.ExitCode(), took
+	}
+	t.Fatalf("bash %v: %v\n%s", args, err, out)
+	return "", 0, 0
+}
+
+// TestPrereqsNameTheFix: on a machine without gcc, make demo's check
+// fails within seconds and names the apt-get command that installs it
+// (--check: as root it would install it instead). Without root it also
+// says that the real nodes need root and how to run the demo without
+// them; without them the demo needs Go alone.
+func TestPrereqsNameTheFix(t *testing.T) {
+	noGCC := "PATH=" + pathWithout(t, "gcc")
+	out, code, took := run(t, -1, []string{noGCC}, "ci/prereqs.sh", "--check", "demo")
+	if code == 0 {
+		t.Fatalf("ci/prereqs.sh --check demo without gcc on PATH exited 0:\n%s", out)
+	}
+	if took > 10*time.Second {
+		t.Errorf("ci/prereqs.sh took %s: the check must come before any build, in seconds", took)
+	}
+	if !regexp.MustCompile(`(?m)^fix: (sudo )?apt-get install (\S+ )*gcc( |$)`).MatchString(out) {
+		t.Errorf("ci/prereqs.sh without gcc does not name `apt-get install gcc`:\n%s", out)
+	}
+
+	// The other checks, as a user who is not root: nobody when this test
+	// runs as root.
+	uid := -1
+	if os.Geteuid() == 0 {
+		uid = 65534
+	}
+	out, code, _ = run(t, uid, []string{noGCC}, "ci/prereqs.sh", "demo")
+	if code == 0 {
+		t.Fatalf("ci/prereqs.sh demo as a user who is not root exited 0:\n%s", out)
+	}
+	if !regexp.MustCompile(`(?m)^fix: sudo apt-get install (\S+ )*gcc( |$)`).MatchString(out) {
+		t.Errorf("a user who is not root is not told to sudo apt-get install gcc:\n%s", out)
+	}
+	for _, want := range []string{"need root", "make demo DEMO_REAL_NODES=0", `sudo env "PATH=$PATH" make demo`} {
+		if !strings.Contains(out, want) {
+			t.Errorf("a user who is not root is not told %q:\n%s", want, out)
+		}
+	}
+	out, code, _ = run(t, uid, []string{noGCC, "DEMO_REAL_NODES=0"}, "ci/prereqs.sh", "demo")
+	if code != 0 || strings.Contains(out, "gcc") || strings.Contains(out, "root") {
+		t.Errorf("DEMO_REAL_NODES=0: the demo needs neither gcc nor root, but ci/prereqs.sh exited %d:\n%s", code, out)
+	}
+
+	out, code, _ = run(t, -1, []string{noGCC}, "ci/prereqs.sh", "--check", "everything")
+	if code != 2 || !strings.Contains(out, "usage:") {
+		t.Errorf("an unknown target: exit %d, want 2 with the usage:\n%s", code, out)
+	}
+}
+
+// TestProgressHeartbeat: a step prints what it runs as n/m, a line while
+// it runs, its time at the end, and its command's exit code; it returns
+// when its command does (no heartbeat left holding the output open).
+func TestProgressHeartbeat(t *testing.T) {
+	out, code, took := run(t, -1, []string{"PROGRESS_EVERY=1"}, "ci/progress.sh", "2", "5", "napping", "sleep", "2.5")
+	if code != 0 {
+		t.Fatalf("exit %d:\n%s", code, out)
+	}
+	for _, want := range []string{"[2/5] napping\n", "[2/5] napping: still running, ", "[2/5] napping: done in "} {
+		if !strings.Contains(out, want) {
+			t.Errorf("no %q in:\n%s", want, out)
+		}
+	}
+	if took > 5*time.Second {
+		t.Errorf("a 2.5 s step took %s: something held its output open", took)
+	}
+	// A step that ends at once, while its heartbeat may still be
+	// starting: the heartbeat's 30 s sleep must not keep the output open.
+	out, code, took = run(t, -1, []string{"PROGRESS_EVERY=30"}, "ci/progress.sh", "1", "1", "failing", "bash", "-c", "exit 3")
+	if code != 3 || !strings.Contains(out, "[1/1] failing: FAILED after ") {
+		t.Errorf("a failing step: exit %d, want 3 and FAILED:\n%s", code, out)
+	}
+	if took > 5*time.Second {
+		t.Errorf("a step that failed at once took %s: its heartbeat held the output open", took)
+	}
+}
