@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"strings"
 
 	"github.com/openfuyao/npu-stack/tests/testbed"
 	"github.com/openfuyao/npu-stack/tests/testbed/procnode"
@@ -55,7 +56,11 @@ func AddFleet(ctx context.Context, env *testbed.Env, n int, real bool) (*Fleet, 
 		// returns, also on failure, so nothing writes into env.Dir after.
 		standinsDone = make(chan built, 1)
 		go func() {
-			b, err := buildStandins(ctx, filepath.Join(env.Dir, "standin"))
+			var b *standins
+			err := env.Progress.Step(fmt.Sprintf("building the real nodes' stand-in Ascend driver (%s, %s), device plugin and exporter (gcc, go build)", v1, v2), func() (err error) {
+				b, err = buildStandins(ctx, filepath.Join(env.Dir, "standin"))
+				return err
+			})
 			standinsDone <- built{b, err}
 		}()
 	}
@@ -71,8 +76,31 @@ func AddFleet(ctx context.Context, env *testbed.Env, n int, real bool) (*Fleet, 
 	return f, nil
 }
 
+// FleetSteps is the number of Progress steps AddFleet reports.
+func FleetSteps(real bool) int {
+	if real {
+		return 3
+	}
+	return 1
+}
+
 // addNodes starts the nodes of AddFleet.
 func (f *Fleet) addNodes(ctx context.Context, env *testbed.Env, n int, real bool) error {
+	err := env.Progress.Step(fmt.Sprintf("starting %d process-backed NPU nodes (%s) and a CPU node", n, strings.Join(Profiles, ", ")), func() error {
+		return f.addProcessNodes(ctx, env, n)
+	})
+	if err != nil || !real {
+		return err
+	}
+	return env.Progress.Step("starting the real 910B and 310P nodes (kubelet, containerd, runc; their init and runc wrapper built once)", func() (err error) {
+		f.Real, err = addRealNodes(ctx, env)
+		return err
+	})
+}
+
+// addProcessNodes starts n process-backed NPU nodes across the profiles
+// and the CPU node.
+func (f *Fleet) addProcessNodes(ctx context.Context, env *testbed.Env, n int) error {
 	for i, chip := range Profiles {
 		count := n / len(Profiles)
 		if i < n%len(Profiles) {
@@ -92,10 +120,7 @@ func (f *Fleet) addNodes(ctx context.Context, env *testbed.Env, n int, real bool
 		return err
 	}
 	f.CPU = cpu[0]
-	if real {
-		f.Real, err = addRealNodes(ctx, env)
-	}
-	return err
+	return nil
 }
 
 // Values are chart values for the demo cluster at driver version: manual

@@ -49,6 +49,15 @@ type Options struct {
 	// one (`make cluster` fixes it so the tour's commands are the same
 	// every time).
 	RegistryPort int
+	// Archs are the architectures of the npu-stack images NewEnv builds
+	// and pushes; default amd64 and arm64, a release's, which the tests
+	// check. They must include this machine's (runtime.GOARCH): its
+	// binaries are ProductBinDir. The demo and make cluster ask for this
+	// machine's alone: the other is minutes of cross-compiling on a cold
+	// Go cache, and nothing they run pulls it.
+	Archs []string
+	// Progress reports NewEnv's steps to a person (nil: nothing).
+	Progress *Progress
 }
 
 // ControlPlane is a running local cluster.

@@ -8,6 +8,8 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"runtime"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -28,11 +30,13 @@ type Env struct {
 	*ControlPlane
 	Client kubernetes.Interface
 	// ProductBinDir holds npu-hooks, npu-rebooter and npu-healthwatch
-	// built from this checkout for this machine (linux/amd64).
+	// built from this checkout for this machine (linux/runtime.GOARCH).
 	ProductBinDir string
 	// Product is what was built from this checkout and pushed to the
 	// registry: the process-backed nodes pull and run exactly that.
 	Product *Product
+	// Progress is Options.Progress: what reports the setup's steps.
+	Progress *Progress
 
 	mu        sync.Mutex
 	procNodes []*procnode.Node
@@ -101,40 +105,69 @@ func (s NodeSpec) NodeLabels() map[string]string {
 
 // NewEnv starts a control plane and builds the product binaries.
 func NewEnv(ctx context.Context, opts Options) (*Env, error) {
-	cp, err := Start(ctx, opts)
+	archs, err := opts.productArchs()
 	if err != nil {
 		return nil, err
 	}
-	env := &Env{ControlPlane: cp}
+	var cp *ControlPlane
+	if err := opts.Progress.Step("starting the control plane (etcd, kube-apiserver, controller manager, scheduler, KWOK) and its registry", func() (err error) {
+		cp, err = Start(ctx, opts)
+		return err
+	}); err != nil {
+		return nil, err
+	}
+	env := &Env{ControlPlane: cp, Progress: opts.Progress}
 	if env.Client, err = kubernetes.NewForConfig(cp.Config()); err != nil {
 		_ = cp.Stop()
 		return nil, fmt.Errorf("client: %w", err)
 	}
-	if err := env.publish(ctx); err != nil {
+	if err := env.publish(ctx, archs); err != nil {
 		_ = cp.Stop()
 		return nil, err
 	}
 	return env, nil
 }
 
-// publish builds the binaries for both architectures and pushes the
-// images and the chart to the registry, as a release would.
-func (e *Env) publish(ctx context.Context) error {
+// EnvSteps is the number of Progress steps NewEnv reports with opts.
+func EnvSteps(opts Options) int {
+	archs, _ := opts.productArchs()
+	return 2 + len(archs)
+}
+
+// productArchs are opts.Archs, amd64 and arm64 by default, checked to
+// hold this machine's.
+func (o Options) productArchs() ([]string, error) {
+	if len(o.Archs) == 0 {
+		return []string{"amd64", "arm64"}, nil
+	}
+	if !slices.Contains(o.Archs, runtime.GOARCH) {
+		return nil, fmt.Errorf("test bed: Options.Archs %v lacks this machine's %s, whose binaries the process nodes run: add it", o.Archs, runtime.GOARCH)
+	}
+	return o.Archs, nil
+}
+
+// publish builds the binaries for archs and pushes the images and the
+// chart to the registry, as a release would.
+func (e *Env) publish(ctx context.Context, archs []string) error {
 	version := BuildVersion()
-	e.ProductBinDir = filepath.Join(e.Dir, "product-bin", "amd64")
-	arm64 := filepath.Join(e.Dir, "product-bin", "arm64")
-	if err := buildProductArch(ctx, e.ProductBinDir, "amd64", version); err != nil {
-		return err
+	dirs := map[string]string{}
+	for _, arch := range archs {
+		dir := filepath.Join(e.Dir, "product-bin", arch)
+		what := fmt.Sprintf("building npu-hooks, npu-rebooter and npu-healthwatch %s for linux/%s (make build GOTAGS=simhost)", version, arch)
+		if err := e.Progress.Step(what, func() error { return buildProductArch(ctx, dir, arch, version) }); err != nil {
+			return err
+		}
+		dirs[arch] = dir
 	}
-	if err := buildProductArch(ctx, arm64, "arm64", version); err != nil {
-		return err
-	}
-	p, err := Publish(ctx, e.Registry, version, e.ProductBinDir, arm64, filepath.Join(e.Dir, "chart"))
-	if err != nil {
-		return fmt.Errorf("publish npu-stack to the test-bed registry: %w", err)
-	}
-	e.Product = p
-	return nil
+	e.ProductBinDir = dirs[runtime.GOARCH]
+	return e.Progress.Step("pushing their images and the chart to the registry "+e.Registry.Host, func() error {
+		p, err := Publish(ctx, e.Registry, version, dirs, filepath.Join(e.Dir, "chart"))
+		if err != nil {
+			return fmt.Errorf("publish npu-stack to the test-bed registry: %w", err)
+		}
+		e.Product = p
+		return nil
+	})
 }
 
 // AddNPUNodes registers n KWOK-simulated NPU nodes (pods on them are

@@ -50,19 +50,20 @@ type Product struct {
 // ChartRef is the chart's oci:// reference, as `helm install` takes it.
 func (p *Product) ChartRef() string { return p.ChartRepo + "/" + ChartName }
 
-// Publish builds the images of the binaries in amd64Dir and arm64Dir,
-// packages the chart of this checkout, and pushes both to reg, with
-// stand-ins for the vendor's device plugin and exporter images the chart
-// pulls by default.
-func Publish(ctx context.Context, reg *Registry, version, amd64Dir, arm64Dir, workDir string) (*Product, error) {
+// Publish builds the images of the binaries in binDirs (by architecture:
+// one platform linux/<arch> per entry), packages the chart of this
+// checkout, and pushes both to reg, with stand-ins for the vendor's
+// device plugin and exporter images the chart pulls by default.
+func Publish(ctx context.Context, reg *Registry, version string, binDirs map[string]string, workDir string) (*Product, error) {
 	p := &Product{Version: version, Registry: reg.Host, ChartRepo: "oci://" + reg.Host + "/" + ChartRepositoryPath, Images: map[string]string{}}
 	push := []remote.Option{remote.WithContext(ctx), remote.WithAuthFromKeychain(reg.Keychain())}
 	created := time.Unix(0, 0).UTC()
 	for _, bin := range productBinaries {
-		idx, err := ociimage.Build(map[string]string{
-			"linux/amd64": filepath.Join(amd64Dir, bin),
-			"linux/arm64": filepath.Join(arm64Dir, bin),
-		}, ociimage.Options{Name: bin, Version: version, Revision: gitOutput("rev-parse", "HEAD"), Source: imageSource, User: ociimage.Users[bin], Created: created})
+		platforms := map[string]string{}
+		for arch, dir := range binDirs {
+			platforms["linux/"+arch] = filepath.Join(dir, bin)
+		}
+		idx, err := ociimage.Build(platforms, ociimage.Options{Name: bin, Version: version, Revision: gitOutput("rev-parse", "HEAD"), Source: imageSource, User: ociimage.Users[bin], Created: created})
 		if err != nil {
 			return nil, fmt.Errorf("image %s: %w", bin, err)
 		}

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 
 	"github.com/google/go-containerregistry/pkg/name"
@@ -217,7 +218,7 @@ func pushPause(ctx context.Context, reg *Registry, nodesDir string) (string, err
 		return "", fmt.Errorf("pause image: %w", err)
 	}
 	img, err := mutate.ConfigFile(mutate.ConfigMediaType(mutate.MediaType(empty.Image, types.OCIManifestSchema1), types.OCIConfigJSON), &v1.ConfigFile{
-		OS: "linux", Architecture: "amd64",
+		OS: "linux", Architecture: runtime.GOARCH, // the machine the real nodes run on
 		Config: v1.Config{Entrypoint: []string{"/pause"}, User: "65535:65535"},
 		RootFS: v1.RootFS{Type: "layers"},
 	})

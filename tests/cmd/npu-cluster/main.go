@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"syscall"
 	"time"
 
@@ -35,7 +36,7 @@ func newRoot() *cobra.Command {
 func newUp(stateDir *string) *cobra.Command {
 	var kwokNodes, procNodes, registryPort int
 	var chip string
-	var driverVersions []string
+	var driverVersions, archs []string
 	var flux, argocd bool
 	cmd := &cobra.Command{
 		Use:   "up",
@@ -50,9 +51,13 @@ func newUp(stateDir *string) *cobra.Command {
 			}
 			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 			defer stop()
-			startCtx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+			// Minutes once: the first start builds npu-stack's binaries
+			// (client-go and all) into a cold Go cache.
+			startCtx, cancel := context.WithTimeout(ctx, 20*time.Minute)
 			defer cancel()
-			env, err := testbed.NewEnv(startCtx, testbed.Options{Dir: runDir, RegistryPort: registryPort})
+			opts := testbed.Options{Dir: runDir, RegistryPort: registryPort, Archs: archs}
+			opts.Progress = testbed.NewProgress(os.Stdout, testbed.EnvSteps(opts)+1, 0)
+			env, err := testbed.NewEnv(startCtx, opts)
 			if err != nil {
 				return err
 			}
@@ -61,25 +66,9 @@ func newUp(stateDir *string) *cobra.Command {
 					fmt.Fprintf(os.Stderr, "npu-cluster: stop: %v\n", err)
 				}
 			}()
-			spec := testbed.NodeSpec{Chip: chip}
-			if _, err := env.AddProcessNodes(startCtx, procNodes, spec); err != nil {
+			what := fmt.Sprintf("starting %d process-backed %s nodes, a CPU node and %d KWOK nodes; driver images %v into the registry", procNodes, chip, kwokNodes, driverVersions)
+			if err := opts.Progress.Step(what, func() error { return addNodes(startCtx, env, procNodes, kwokNodes, chip, driverVersions) }); err != nil {
 				return err
-			}
-			// A CPU node for the hook Jobs, which the chart steers away
-			// from NPU nodes (one of them may be rebooting).
-			cpu := testbed.NodeSpec{Prefix: "cpu", CPU: true}
-			if _, err := env.AddProcessNodes(startCtx, 1, cpu); err != nil {
-				return err
-			}
-			if _, err := env.AddNPUNodes(startCtx, kwokNodes, testbed.NodeSpec{Prefix: "kwok-npu", Chip: chip}); err != nil {
-				return err
-			}
-			// The driver images of the default profile, as seed Step 1.1
-			// copies them into the cluster's registry before an upgrade.
-			for _, v := range driverVersions {
-				if err := env.Helm("npu-operator").MirrorDriverImages(startCtx, map[string]any{"driver": map[string]any{"version": v}}); err != nil {
-					return err
-				}
 			}
 			stopEngines, err := startEngines(startCtx, env, flux, argocd)
 			defer func() {
@@ -113,7 +102,31 @@ func newUp(stateDir *string) *cobra.Command {
 	cmd.Flags().StringVar(&chip, "chip", "910b", "NPU chip of the nodes")
 	cmd.Flags().IntVar(&registryPort, "registry-port", 5000, "loopback port of the cluster's OCI registry (0: any free port)")
 	cmd.Flags().StringSliceVar(&driverVersions, "driver-versions", []string{"25.3.0", "25.5.0"}, "driver versions whose images (default profile) are copied into the registry at start")
+	cmd.Flags().StringSliceVar(&archs, "archs", []string{runtime.GOARCH}, "architectures of npu-stack's images in the registry (this machine's by default: its nodes run here; amd64,arm64 as a release)")
 	cmd.Flags().BoolVar(&flux, "flux", false, "also run Flux's source-controller and helm-controller (make engines first)")
 	cmd.Flags().BoolVar(&argocd, "argocd", false, "also run Argo CD's application controller, repo server and redis in namespace argocd (make engines first)")
 	return cmd
+}
+
+// addNodes starts up's nodes: procNodes process-backed NPU nodes of chip,
+// a CPU node for the hook Jobs, which the chart steers away from NPU nodes
+// (one of them may be rebooting), and kwokNodes KWOK nodes; and copies
+// the default profile's driver images of driverVersions into the
+// registry, as seed Step 1.1 copies them before an upgrade.
+func addNodes(ctx context.Context, env *testbed.Env, procNodes, kwokNodes int, chip string, driverVersions []string) error {
+	if _, err := env.AddProcessNodes(ctx, procNodes, testbed.NodeSpec{Chip: chip}); err != nil {
+		return err
+	}
+	if _, err := env.AddProcessNodes(ctx, 1, testbed.NodeSpec{Prefix: "cpu", CPU: true}); err != nil {
+		return err
+	}
+	if _, err := env.AddNPUNodes(ctx, kwokNodes, testbed.NodeSpec{Prefix: "kwok-npu", Chip: chip}); err != nil {
+		return err
+	}
+	for _, v := range driverVersions {
+		if err := env.Helm("npu-operator").MirrorDriverImages(ctx, map[string]any{"driver": map[string]any{"version": v}}); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"runtime"
 	"strconv"
 	"syscall"
 	"time"
@@ -54,7 +55,12 @@ func run() error {
 		fmt.Print(" and a real 910B and 310P node (kubelet, containerd, runc)")
 	}
 	fmt.Println()
-	env, err := testbed.NewEnv(ctx, testbed.Options{})
+	// This machine's architecture alone: the demo's nodes run here, and
+	// the other's images would be minutes of cross-compiling on a cold Go
+	// cache (tests/testbed checks both, as a release has them).
+	opts := testbed.Options{Archs: []string{runtime.GOARCH}}
+	opts.Progress = testbed.NewProgress(os.Stdout, testbed.EnvSteps(opts)+demo.FleetSteps(real), 0)
+	env, err := testbed.NewEnv(ctx, opts)
 	if err != nil {
 		return err
 	}

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	goruntime "runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -173,12 +174,14 @@ func (n *Node) Stop() {
 }
 
 // nodeArch is the architecture the node reports (kubernetes.io/arch): the
-// platform its images must offer. Default amd64, this machine's.
+// platform its images must offer. Default this machine's, whose
+// processes its pods run: a test bed that built this machine's images
+// alone (the demo's) then has every image its nodes pull.
 func nodeArch(labels map[string]string) string {
 	if a := labels[corev1.LabelArchStable]; a != "" {
 		return a
 	}
-	return "amd64"
+	return goruntime.GOARCH
 }
 
 func (n *Node) register(ctx context.Context, kubeletPort int) error {
@@ -189,7 +192,7 @@ func (n *Node) register(ctx context.Context, kubeletPort int) error {
 	labels := map[string]string{
 		corev1.LabelHostname:   n.cfg.Name,
 		corev1.LabelOSStable:   "linux",
-		corev1.LabelArchStable: "amd64",
+		corev1.LabelArchStable: nodeArch(n.cfg.Labels),
 		ProcessNodeLabel:       "true",
 	}
 	for k, v := range n.cfg.Labels {
@@ -211,7 +214,7 @@ func (n *Node) register(ctx context.Context, kubeletPort int) error {
 		s.Allocatable = capacity
 		s.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: nodeIP}, {Type: corev1.NodeHostName, Address: n.cfg.Name}}
 		s.DaemonEndpoints.KubeletEndpoint.Port = int32(kubeletPort)
-		s.NodeInfo = corev1.NodeSystemInfo{BootID: bootID, OperatingSystem: "linux", Architecture: "amd64", KubeletVersion: "v1.37.1", KernelVersion: n.cfg.Labels["npu.openfuyao.com/kernel"]}
+		s.NodeInfo = corev1.NodeSystemInfo{BootID: bootID, OperatingSystem: "linux", Architecture: nodeArch(n.cfg.Labels), KubeletVersion: "v1.37.1", KernelVersion: n.cfg.Labels["npu.openfuyao.com/kernel"]}
 	})
 }
 
