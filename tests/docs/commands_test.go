@@ -85,6 +85,7 @@ func shCommands(t *testing.T) []docCommand {
 var notRunHere = []struct{ prefix, why string }{
 	{"helm ", "an install (the README tour, run as written by runReadmeTour, installs the release the pages run against), a driver version change (manual mode waits for approvals given by later lines; the tour runs one with its approvals), an uninstall (later pages need the release) or a command against a registry this machine cannot reach; helm upgrades that change no driver, history and rollback run (helmRuns); tests/e2e drives the helm v3 and v4 CLIs through install, upgrade and rollback"},
 	{"wait", "waits for a background helm of the README tour, which runReadmeTour runs as one shell"},
+	{"kubectl wait node/npu-0 ", "waits for the README tour's upgrade (a background helm) to drain npu-0, which runReadmeTour runs as one shell"},
 	{"kubectl wait node/npu-1 ", "waits for the README tour's wedge (bin/npu-cluster wedge) to be seen and healed, which runReadmeTour runs as one shell"},
 	{"helmfile ", "the example file is synced by the real helmfile in tests/e2e (TestDefaultNamespaceStories/Helmfile)"},
 	{"make ", "a make target: `make test` runs this test, `make demo` is the demo, `make cluster`/`cluster-down` start and stop the local cluster (this test runs its own control plane)"},
