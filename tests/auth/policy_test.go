@@ -37,6 +37,9 @@ type agentCase struct {
 	// notOwnedLabel / notOwnedAnnotation are contract keys of someone else.
 	notOwnedLabel, notOwnedAnnotation string
 	cordons                           bool
+	// deletesPods: it may delete pods of its own node in the chart's
+	// namespace (the driver pod); the rebooter's cordons covers its own.
+	deletesPods bool
 }
 
 func agents(k contract.Keys) []agentCase {
@@ -59,6 +62,13 @@ func agents(k contract.Keys) []agentCase {
 			// installed over the loaded one before the reboot.
 			setAnnotations: []string{k.RebootReason(), k.RebootHistory(), k.InstalledDriver()},
 			notOwnedLabel:  k.UpgradeState(), notOwnedAnnotation: k.RebootStartedAt(),
+			deletesPods: true,
+		},
+		{
+			// The NRI injector says only whether the runtime serves it.
+			name: "nri-injector", component: "nri-injector",
+			setAnnotations: []string{k.InjectionStatus()},
+			notOwnedLabel:  k.DriverReady(), notOwnedAnnotation: k.RebootReason(),
 		},
 	}
 }
@@ -162,6 +172,8 @@ func TestNodeAgentsChangeOnlyTheirOwnNode(t *testing.T) {
 			} else {
 				wantForbidden(t, "delete a pod on B", c.CoreV1().Pods(workNS).Delete(ctx, onB.Name, metav1.DeleteOptions{}), "cannot delete resource \"pods\"")
 				wantForbidden(t, "delete a pod on A", c.CoreV1().Pods(workNS).Delete(ctx, onA.Name, metav1.DeleteOptions{}), "cannot delete resource \"pods\"")
+			}
+			if ag.deletesPods {
 				// In the chart's namespace (the device-plugin pods): on
 				// its own node only, by the policy.
 				pluginB := createPod(t, s.ns, ag.component+"-plugin-b", b, "")
@@ -169,6 +181,9 @@ func TestNodeAgentsChangeOnlyTheirOwnNode(t *testing.T) {
 				wantForbidden(t, "delete the device-plugin pod on B", c.CoreV1().Pods(s.ns).Delete(ctx, pluginB.Name, metav1.DeleteOptions{}),
 					"may delete only pods on node "+a+", not pod "+s.ns+"/"+pluginB.Name+" (on node "+b+")")
 				wantAllowed(t, "delete the device-plugin pod on A", c.CoreV1().Pods(s.ns).Delete(ctx, pluginA.Name, metav1.DeleteOptions{}))
+			} else if !ag.cordons {
+				pluginA := createPod(t, s.ns, ag.component+"-plugin-a", a, "")
+				wantForbidden(t, "delete a chart pod on A", c.CoreV1().Pods(s.ns).Delete(ctx, pluginA.Name, metav1.DeleteOptions{}), "cannot delete resource \"pods\"")
 			}
 			wantForbidden(t, "evict a pod on B", c.PolicyV1().Evictions(workNS).Evict(ctx, &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: onB.Name, Namespace: workNS}}),
 				"cannot create resource \"pods/eviction\"")

@@ -84,6 +84,9 @@ var allowlist = map[string][]string{
 		"get leases.coordination.k8s.io", "create leases.coordination.k8s.io", "update leases.coordination.k8s.io",
 		"get configmaps", "list configmaps", "watch configmaps",
 	},
+	// The NRI injector: on its own Node, reads and patches the
+	// injection-status annotation and posts NRIUnavailable events.
+	"nri-injector": {"get nodes", "patch nodes", "create events", "patch events"},
 	// Lists the NPU nodes and the pods on them (kubectl's drain library,
 	// which asks for the DaemonSet of each DaemonSet pod).
 	"preflight": {"list nodes", "list pods", "get daemonsets.apps"},

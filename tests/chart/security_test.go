@@ -193,18 +193,21 @@ func TestNodeAgentPolicyRendersEachAgentsKeys(t *testing.T) {
 	const (
 		rebooterUser = "system:serviceaccount:npu-operator:npu-stack-rebooter"
 		driverUser   = "system:serviceaccount:npu-operator:npu-stack-driver"
+		injectorUser = "system:serviceaccount:npu-operator:npu-stack-nri-injector"
 	)
+	noInject := map[string]any{"inject": false}
 	for _, tc := range []struct {
 		name  string
 		vals  map[string]any
 		users []string // nil: no policy
 	}{
-		{name: "defaults", users: []string{rebooterUser, driverUser}},
-		{name: "driver disabled", vals: map[string]any{"driver": map[string]any{"enabled": false}}, users: []string{rebooterUser}},
-		{name: "rebooter disabled", vals: map[string]any{"rebooter": map[string]any{"enabled": false}}, users: []string{driverUser}},
-		{name: "no agents", vals: map[string]any{"rebooter": map[string]any{"enabled": false}, "driver": map[string]any{"enabled": false}}},
+		{name: "defaults", users: []string{rebooterUser, driverUser, injectorUser}},
+		{name: "driver disabled", vals: map[string]any{"driver": map[string]any{"enabled": false}}, users: []string{rebooterUser, injectorUser}},
+		{name: "rebooter disabled", vals: map[string]any{"rebooter": map[string]any{"enabled": false}}, users: []string{driverUser, injectorUser}},
+		{name: "injection off", vals: map[string]any{"cdi": noInject}, users: []string{rebooterUser, driverUser}},
+		{name: "no agents", vals: map[string]any{"rebooter": map[string]any{"enabled": false}, "driver": map[string]any{"enabled": false}, "cdi": noInject}},
 		{name: "policy off", vals: map[string]any{"nodeAgentPolicy": map[string]any{"enabled": false}}},
-		{name: "other domain", vals: map[string]any{"labelDomain": "npu.example.com"}, users: []string{rebooterUser, driverUser}},
+		{name: "other domain", vals: map[string]any{"labelDomain": "npu.example.com"}, users: []string{rebooterUser, driverUser, injectorUser}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := mustRender(t, variant{name: tc.name, vals: tc.vals})
@@ -236,7 +239,7 @@ func TestNodeAgentPolicyRendersEachAgentsKeys(t *testing.T) {
 				}
 				conds := nested[[]any](t, p, "spec", "matchConditions")
 				expr := conds[0].(map[string]any)["expression"].(string)
-				for _, u := range []string{rebooterUser, driverUser} {
+				for _, u := range []string{rebooterUser, driverUser, injectorUser} {
 					if got, want := strings.Contains(expr, "'"+u+"'"), slices.Contains(tc.users, u); got != want {
 						t.Errorf("%s: matches %s %v, want %v (%s)", p.GetName(), u, got, want, expr)
 					}
@@ -259,6 +262,9 @@ func TestNodeAgentPolicyRendersEachAgentsKeys(t *testing.T) {
 			}
 			if slices.Contains(tc.users, rebooterUser) && !strings.Contains(vars["clearAnnotations"], "'"+domain+"/approve-reboot'") {
 				t.Errorf("clearAnnotations %s lacks %s/approve-reboot", vars["clearAnnotations"], domain)
+			}
+			if slices.Contains(tc.users, injectorUser) && !strings.Contains(vars["setAnnotations"], "'nri-injector': ['"+domain+"/injection-status']") {
+				t.Errorf("setAnnotations %s does not give the nri-injector %s/injection-status alone", vars["setAnnotations"], domain)
 			}
 			if other := "npu.openfuyao.com/"; domain != "npu.openfuyao.com" && strings.Contains(vars["setAnnotations"]+vars["setLabels"], other) {
 				t.Errorf("keys of the default domain with labelDomain %s: %s", domain, vars["setAnnotations"])
