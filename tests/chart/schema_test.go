@@ -2,8 +2,11 @@ package chart_test
 
 import (
 	"bufio"
+	"encoding/json"
 	"os"
 	"path/filepath"
+	"reflect"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -86,4 +89,49 @@ func TestReadmeDocumentsEveryValue(t *testing.T) {
 		}
 	}
 	walk("", vals)
+}
+
+// The chart README is read on its own (helm show readme): the default it
+// gives each value is values.yaml's, written as JSON. A default cut short
+// with "…" is not compared.
+func TestReadmeDefaultsAreTheValues(t *testing.T) {
+	vals, err := chartutil.ReadValuesFile(filepath.Join("..", "..", "charts", "npu-stack", "values.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	readme, err := os.ReadFile(filepath.Join("..", "..", "charts", "npu-stack", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows := regexp.MustCompile("(?m)^\\| `([^`]+)` \\| `(.*?)`[^|]* \\|").FindAllStringSubmatch(string(readme), -1)
+	if len(rows) < 100 {
+		t.Fatalf("only %d value rows in charts/npu-stack/README.md", len(rows))
+	}
+	for _, r := range rows {
+		key, def := r[1], r[2]
+		if strings.Contains(def, "…") {
+			continue
+		}
+		want, err := vals.PathValue(key)
+		if err != nil {
+			// a map value (PathValue reads leaves only)
+			m, merr := vals.Table(key)
+			if merr != nil {
+				t.Errorf("charts/npu-stack/README.md documents %s, which values.yaml does not have", key)
+				continue
+			}
+			want = map[string]any(m)
+		}
+		var got any
+		if err := json.Unmarshal([]byte(def), &got); err != nil {
+			t.Errorf("charts/npu-stack/README.md: the default of %s is not JSON: %s", key, def)
+			continue
+		}
+		wj, _ := json.Marshal(want)
+		var w any
+		_ = json.Unmarshal(wj, &w)
+		if !reflect.DeepEqual(got, w) {
+			t.Errorf("charts/npu-stack/README.md gives %s the default %s; values.yaml has %s", key, def, wj)
+		}
+	}
 }

@@ -98,6 +98,7 @@ var notRunHere = []struct{ prefix, why string }{
 	{"kubectl apply -k ", "needs Flux or Argo CD: tests/e2e TestDefaultNamespaceStories/Flux and TestArgoCDStory apply the documented kustomizations to the real source-controller and helm-controller, and the real Argo CD"},
 	{"sha256sum ", "checks a release's files, which this test has not downloaded; tests/release runs sha256sum -c on the SHA256SUMS make release writes"},
 	{"tar -xzf npu-hooks_", "unpacks a release tarball; tests/release unpacks the one make release writes and runs its npu-hooks --version"},
+	{"git ", "tags, pushes and checks out a release (docs/releasing.md), which only the maintainers do against the project's repository"},
 	{"./npu-hooks ", "the binary out of a release tarball (tests/release runs it); this test runs the same commands with the npu-hooks it built"},
 }
 

@@ -190,3 +190,123 @@ func TestAirGappedInstallCopiesEveryImage(t *testing.T) {
 		t.Fatal("README.md's air-gapped install has no helm install")
 	}
 }
+
+// TestReleaseFilesExist: what a published Apache-2.0 project carries, and
+// a release page that names every artefact make release writes.
+func TestReleaseFilesExist(t *testing.T) {
+	ch, err := loader.LoadDir(filepath.Join(repoRoot(t), "charts", "npu-stack"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lic := ch.Metadata.Annotations["artifacthub.io/license"]; lic != "Apache-2.0" {
+		t.Fatalf("Chart.yaml's license is %q; this test knows Apache-2.0", lic)
+	}
+	license := readRepo(t, "LICENSE")
+	for _, w := range []string{"Apache License", "Version 2.0, January 2004", "TERMS AND CONDITIONS FOR USE, REPRODUCTION, AND DISTRIBUTION", "END OF TERMS AND CONDITIONS"} {
+		if !strings.Contains(license, w) {
+			t.Errorf("LICENSE is not the Apache License 2.0 text (Chart.yaml says Apache-2.0): lacks %q", w)
+		}
+	}
+	if s := readRepo(t, "SECURITY.md"); !strings.Contains(s, "https://github.com/openfuyao/npu-stack/security/advisories/new") {
+		t.Error("SECURITY.md gives no private channel (a GitHub security advisory) to report a vulnerability")
+	}
+	readRepo(t, "CONTRIBUTING.md")
+	changelog := readRepo(t, "CHANGELOG.md")
+	if !regexp.MustCompile(`(?m)^## ` + regexp.QuoteMeta(ch.Metadata.Version) + `\b`).MatchString(changelog) {
+		t.Errorf("CHANGELOG.md has no section for the chart's version %s", ch.Metadata.Version)
+	}
+	rel := readRepo(t, "docs/releasing.md")
+	mk := readRepo(t, "Makefile")
+	m := regexp.MustCompile(`(?m)^HOOKS_PLATFORMS := (.+)$`).FindStringSubmatch(mk)
+	if m == nil {
+		t.Fatal("Makefile has no HOOKS_PLATFORMS")
+	}
+	for _, p := range strings.Fields(m[1]) {
+		if !strings.Contains(rel, "`"+strings.Replace(p, "/", "_", 1)+"`") {
+			t.Errorf("docs/releasing.md does not name the npu-hooks tarball of %s, which make release writes", p)
+		}
+	}
+	for _, w := range []string{"make release VERSION=", "SHA256SUMS", "sha256sum -c", "npu-hooks_<version>_<os>_<arch>.tar.gz", "npu-stack-<version>.tgz", "not published"} {
+		if !strings.Contains(rel, w) {
+			t.Errorf("docs/releasing.md does not say %q", w)
+		}
+	}
+}
+
+// gitHubDoc is an absolute link to a page of this repository.
+var gitHubDoc = regexp.MustCompile(`\]\(https://github\.com/openfuyao/npu-stack/blob/main/([^)#\s]+)(#[^)\s]*)?\)`)
+
+// TestChartReadmeStandsAlone: the chart README is shown where the chart
+// goes (helm show readme, Artifact Hub), without the repository around
+// it: its links are absolute, and each names a page and heading that exist.
+func TestChartReadmeStandsAlone(t *testing.T) {
+	readme := readRepo(t, "charts/npu-stack/README.md")
+	if m := regexp.MustCompile(`\]\((\.\.?/[^)]*)\)`).FindAllStringSubmatch(readme, -1); m != nil {
+		for _, l := range m {
+			t.Errorf("charts/npu-stack/README.md links %s relatively, which breaks outside the repository", l[1])
+		}
+	}
+	links := gitHubDoc.FindAllStringSubmatch(readme, -1)
+	if len(links) == 0 {
+		t.Fatal("charts/npu-stack/README.md links no page of the documentation")
+	}
+	for _, l := range links {
+		text := readRepo(t, l[1])
+		if l[2] != "" && !slices.Contains(anchors(text), strings.TrimPrefix(l[2], "#")) {
+			t.Errorf("charts/npu-stack/README.md links %s%s: no such heading", l[1], l[2])
+		}
+	}
+}
+
+// anchors are the GitHub anchors of a Markdown page's headings.
+func anchors(text string) []string {
+	var out []string
+	in := false
+	for _, l := range strings.Split(text, "\n") {
+		if strings.HasPrefix(strings.TrimSpace(l), "```") {
+			in = !in
+		}
+		if in || !strings.HasPrefix(l, "#") {
+			continue
+		}
+		h := strings.ToLower(strings.TrimSpace(strings.TrimLeft(l, "#")))
+		var b strings.Builder
+		for _, r := range h {
+			switch {
+			case r == ' ':
+				b.WriteRune('-')
+			case r == '-' || r == '_' || r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r > 127 && r != '—' && r != '–' && r != '→' && r != '…':
+				b.WriteRune(r)
+			}
+		}
+		out = append(out, b.String())
+	}
+	return out
+}
+
+// TestVendorImageTagsAreNotTheChartsVersion: an empty image tag renders
+// the chart's appVersion, npu-stack's version, which is right for
+// npu-stack's images and names no image of the vendor's.
+func TestVendorImageTagsAreNotTheChartsVersion(t *testing.T) {
+	ch, err := loader.LoadDir(filepath.Join(repoRoot(t), "charts", "npu-stack"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	vals := map[string]any{"devicePlugin": map[string]any{"image": map[string]any{"tag": ""}}}
+	imgs := podImages(renderClient(t, "npu-stack", vals))
+	want := "ascendhub/ascend-k8sdeviceplugin:" + ch.Metadata.AppVersion
+	if !slices.ContainsFunc(imgs, func(s string) bool { return strings.HasSuffix(s, want) }) {
+		t.Fatalf("an empty devicePlugin.image.tag no longer renders %s: %v; revisit this test", want, imgs)
+	}
+	readme := readRepo(t, "charts/npu-stack/README.md")
+	for _, key := range []string{"devicePlugin.image.tag", "exporter.image.tag"} {
+		row := regexp.MustCompile("(?m)^\\| `" + regexp.QuoteMeta(key) + "` \\|.*$").FindString(readme)
+		if row == "" {
+			t.Errorf("charts/npu-stack/README.md has no row for %s", key)
+			continue
+		}
+		if strings.Contains(row, "empty = the chart appVersion") {
+			t.Errorf("charts/npu-stack/README.md offers the chart's appVersion as %s, which renders %s, no image of the vendor's: %s", key, want, row)
+		}
+	}
+}
