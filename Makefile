@@ -41,7 +41,7 @@ GOTAGS ?=
 build: ## build the three binaries into bin/ (BIN_DIR)
 	CGO_ENABLED=0 $(GO) build -trimpath $(if $(GOTAGS),-tags $(GOTAGS)) -ldflags "$(LDFLAGS)" -o $(BIN_DIR)/ $(addprefix ./cmd/,$(BINARIES))
 
-# Release artifacts (DESIGN.md §2), no Docker daemon: `make images` builds
+# Release artifacts (docs/releasing.md), no Docker daemon: `make images` builds
 # the three binaries per platform, exactly as `make build` does, then one
 # multi-arch OCI image per binary; `make chart` packages the chart. Both are
 # reproducible (-trimpath, fixed timestamps): the same commit and VERSION give

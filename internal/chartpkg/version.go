@@ -1,7 +1,7 @@
 // Package chartpkg packages charts/npu-stack as a reproducible .tgz stamped
 // with the build version and pushes it as an OCI artifact, as `helm
-// package` and `helm push` would (DESIGN.md §2: the chart ships as an OCI
-// artifact to any registry the user names).
+// package` and `helm push` would (docs/releasing.md: the chart ships as an
+// OCI artifact to any registry the user names).
 package chartpkg
 
 import (

@@ -1,4 +1,4 @@
-// Package contract names the node contract of DESIGN.md §3: the labels,
+// Package contract names the node contract (docs/architecture.md): the labels,
 // annotations and events through which every npu-stack component and the
 // administrator communicate. All keys live here so that no component spells
 // one differently.

@@ -1,6 +1,7 @@
 package contract
 
-// UpgradeState is a value of the driver-upgrade-state label (DESIGN.md §4);
+// UpgradeState is a value of the driver-upgrade-state label
+// (docs/driver-upgrade.md, "What happens on each node");
 // names follow NVIDIA's upgrade controller where one exists.
 type UpgradeState string
 

@@ -1,4 +1,5 @@
-// Package driverentry is the driver pod's entry gate (DESIGN.md §4): it
+// Package driverentry is the driver pod's entry gate (docs/architecture.md,
+// "Driver rollout"): it
 // wraps the vendor install command and never unloads a running driver,
 // because Ascend chips do not survive rmmod. On a fresh boot it installs
 // the desired version. With another version loaded it records that one,

@@ -1,4 +1,4 @@
-// Package health is the chip health-watch of DESIGN.md §6: it probes the
+// Package health is the chip health-watch (docs/self-healing.md): it probes the
 // chips with `npu-smi info`, decides from consecutive results whether the
 // node is wedged or recovered (Decide, a pure function), and carries the
 // decision out on the Node, the marker directory and as Events (Watcher).

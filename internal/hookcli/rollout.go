@@ -42,7 +42,7 @@ func NewRollout(g *cli.GlobalOptions) *cobra.Command {
 		Use:   "rollout",
 		Short: "Move every out-of-date NPU node to its desired driver, within the upgrade policy",
 		Long: `Drives each NPU node whose loaded driver differs from its profile's desired
-version through the upgrade states (DESIGN.md §4), event-driven, holding a
+version through the upgrade states (docs/driver-upgrade.md), event-driven, holding a
 Lease so only one rollout writes at a time. All progress is kept on the
 Nodes: killed at any moment, the next run continues where it stopped.
 

@@ -1,7 +1,7 @@
 // Package ociimage builds npu-stack's images without a Docker daemon: one
 // multi-arch OCI image index per binary, each platform's image a single
 // layer holding the static binary, built reproducibly so that the same
-// binaries and options give the same digests on any machine (DESIGN.md §2).
+// binaries and options give the same digests on any machine (docs/releasing.md).
 // It also writes them as OCI layouts, pushes them, and reads the binary back
 // out of an image (tests and the test bed run what the image ships).
 package ociimage

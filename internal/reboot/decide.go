@@ -1,4 +1,5 @@
-// Package reboot is the per-node reboot agent (DESIGN.md §5): a pure
+// Package reboot is the per-node reboot agent (docs/architecture.md,
+// "Reboot protocol"): a pure
 // decision (Decide: node snapshot + host facts + policy + time → the next
 // action and why) and the Agent that carries actions out against the API
 // server and the host.

@@ -12,7 +12,7 @@ import (
 )
 
 // The loop guard counts only reboots that did not achieve their purpose
-// (DESIGN.md §5). A reboot is recorded with its purpose when it starts
+// (docs/self-healing.md, "What the loop guard counts"). A reboot is recorded with its purpose when it starts
 // (entryFor) and judged from the node once it is over (judge):
 //
 //   - upgrade to driver V: achieved once the node's driver-version label

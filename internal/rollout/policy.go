@@ -1,5 +1,5 @@
 // Package rollout moves NPU nodes to a new driver version through the
-// state machine of DESIGN.md §4. Decide is the pure part (cluster snapshot
+// state machine of docs/driver-upgrade.md. Decide is the pure part (cluster snapshot
 // + policy → actions); Controller feeds it from informers and applies its
 // actions through client-go.
 package rollout
@@ -61,7 +61,7 @@ type DrainPolicy struct {
 }
 
 // ResolveMaxUnavailable turns the policy value into a node count out of
-// total, rounding percentages up as DESIGN.md §4 says.
+// total, rounding percentages up as docs/driver-upgrade.md says.
 func ResolveMaxUnavailable(v intstr.IntOrString, total int) (int, error) {
 	n, err := intstr.GetScaledValueFromIntOrPercent(&v, total, true)
 	if err != nil {

@@ -1,5 +1,5 @@
 // Package auth_test proves the chart's trust boundaries on a real API
-// server (DESIGN.md §8): node agents change only their own Node, only their
+// server (docs/observability.md, "Trust boundaries"): node agents change only their own Node, only their
 // own keys, and delete only pods on their node (the chart's
 // ValidatingAdmissionPolicy, keyed on the node-name claim of the agent's
 // pod-bound token); every service account holds exactly the rights the code

@@ -310,3 +310,38 @@ func TestVendorImageTagsAreNotTheChartsVersion(t *testing.T) {
 		}
 	}
 }
+
+// TestSourcesCiteNoDesignNotes: the design notes are not in the
+// repository; a comment, a --help or a Makefile line citing them sends
+// the reader nowhere.
+func TestSourcesCiteNoDesignNotes(t *testing.T) {
+	root := repoRoot(t)
+	err := filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if n := d.Name(); n == ".git" || n == ".cache" || n == "bin" || n == "node_modules" {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(p, ".go") && !strings.HasSuffix(p, ".md") && !strings.HasSuffix(p, ".sh") && d.Name() != "Makefile" {
+			return nil
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		for i, l := range strings.Split(string(b), "\n") {
+			if strings.Contains(l, "DESIGN"+".md") {
+				rel, _ := filepath.Rel(root, p)
+				t.Errorf("%s:%d cites %s, which the repository does not have: %s", rel, i+1, "DESIGN"+".md", strings.TrimSpace(l))
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}

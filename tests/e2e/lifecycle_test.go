@@ -16,7 +16,7 @@ import (
 )
 
 // TestInstallUpgradeRollbackWithTheSeedCommands is the user's day 2 in the
-// chart's default namespace and release name, driven like DESIGN.md §1:
+// chart's default namespace and release name, driven as docs/driver-upgrade.md says:
 // helm install, helm upgrade --set driver.version (manual mode, approved
 // with the documented kubectl commands), helm rollback; the contract's
 // kubectl commands run verbatim.

@@ -1,6 +1,6 @@
 // Package release tests `make images` and `make chart` end to end: the
-// targets a release runs, run twice, must give the same digests (DESIGN.md
-// §2: reproducible images and chart), and the images must hold the binaries
+// targets a release runs, run twice, must give the same digests (docs/releasing.md:
+// reproducible images and chart), and the images must hold the binaries
 // `make images` built.
 package release
 

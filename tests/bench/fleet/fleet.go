@@ -7,10 +7,11 @@
 // per kind feeds every node, where the real agents would each hold their
 // own watch: 5,000 watches would measure the simulator, not the rollout.
 //
-// It honours the node contract of DESIGN.md §3 and §5 exactly: reboot
-// bookkeeping before the reboot command, a new status.nodeInfo.bootID after
-// it, the marker cleared and RebootCompleted after boot, the driver-version
-// label once the driver pod loaded its version on the fresh boot, and
+// It honours the node contract and reboot protocol of docs/architecture.md
+// exactly: reboot bookkeeping before the reboot command, a new
+// status.nodeInfo.bootID after it, the marker cleared and RebootCompleted
+// after boot, the driver-version label once the driver pod loaded its
+// version on the fresh boot, and
 // driver-ready from the health-watch decision.
 package fleet
 
