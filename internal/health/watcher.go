@@ -157,11 +157,14 @@ func (w *Watcher) stepLogged(ctx context.Context) {
 
 // Step runs one probe and applies the decision.
 //
-// Node-local safety comes first: a wedge takes the marker away (the device
-// plugin and validator stop advertising the chips) before any API call, so
-// a node cut off from the API server, or one whose patch is refused, never
-// keeps offering wedged chips. The Node and the Events follow, decided on a
-// fresh read of the Node; a failed API call is retried at the next probe.
+// Node-local safety comes first: a wedge takes the marker away before any
+// API call, so the driver pod turns NotReady and a device-plugin pod that
+// starts waits at its gate. The device plugin already running does not
+// read the marker: it stops advertising the chips only once withdrawPlugin
+// has deleted its pod, an API call, so a node cut off from the API server
+// (or whose writes are refused) keeps offering them until then. The Node,
+// the Events and the withdrawal follow, decided on a fresh read of the
+// Node; a failed API call is retried at the next probe.
 func (w *Watcher) Step(ctx context.Context) error {
 	if paused, err := w.pause(ctx); paused || err != nil {
 		return err

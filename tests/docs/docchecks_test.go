@@ -345,3 +345,22 @@ func TestSourcesCiteNoDesignNotes(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestWedgedChipsStayAdvertisedWithoutTheAPIServer: the vendor device
+// plugin does not read the driver-ready marker (internal/health/plugin.go);
+// only deleting its pod, an API call, takes the chips from the scheduler.
+// A page must not promise that a node cut off from the API server stops
+// advertising them.
+func TestWedgedChipsStayAdvertisedWithoutTheAPIServer(t *testing.T) {
+	if !strings.Contains(readRepo(t, "internal/health/plugin.go"), "does not read our\n// marker") {
+		t.Fatal("internal/health/plugin.go no longer says the vendor device plugin ignores the marker; revisit this test")
+	}
+	claim := regexp.MustCompile(`(?i)(cut off from the API server|marker is already removed|already removed on wedged chips)[^|\n]*(stops advertising|device plugin stops)|(?i)readiness marker the validator and device plugin read`)
+	for f, text := range userDocs(t) {
+		for i, line := range strings.Split(text, "\n") {
+			if m := claim.FindString(line); m != "" {
+				t.Errorf("%s:%d says the marker alone takes the chips from the scheduler (%q); a running device plugin goes on advertising them until the watch deletes its pod", f, i+1, m)
+			}
+		}
+	}
+}
