@@ -364,3 +364,33 @@ func TestWedgedChipsStayAdvertisedWithoutTheAPIServer(t *testing.T) {
 		}
 	}
 }
+
+// TestDBusMountIsTheDirectory: the chart mounts the host's /run/dbus
+// directory into the rebooter, not its socket file (a bind-mounted file
+// keeps pointing at the old socket once dbus restarts).
+func TestDBusMountIsTheDirectory(t *testing.T) {
+	found := false
+	for _, o := range renderClient(t, "npu-stack", map[string]any{}) {
+		if o.GetKind() != "DaemonSet" || !strings.HasSuffix(o.GetName(), "-rebooter") {
+			continue
+		}
+		vols, _, _ := unstructured.NestedSlice(o.Object, "spec", "template", "spec", "volumes")
+		for _, v := range vols {
+			hp, _ := v.(map[string]any)["hostPath"].(map[string]any)
+			if hp != nil && hp["path"] == "/run/dbus" && hp["type"] == "Directory" {
+				found = true
+			}
+		}
+	}
+	if !found {
+		t.Fatal("the rebooter no longer mounts the host's /run/dbus as a Directory; revisit this test")
+	}
+	claim := regexp.MustCompile("(?i:system_bus_socket`?,? mounted|mounted[^|.\\n]{0,20}system_bus_socket)|system_bus_socket[^|.\\n]{0,40}\\b(type|as a) `?Socket\\b")
+	for f, text := range userDocs(t) {
+		for i, line := range strings.Split(text, "\n") {
+			if m := claim.FindString(line); m != "" {
+				t.Errorf("%s:%d says the socket file is mounted (%q); the chart mounts the directory /run/dbus (hostPath type Directory)", f, i+1, m)
+			}
+		}
+	}
+}
