@@ -2,6 +2,7 @@ package docs_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -14,6 +15,8 @@ import (
 	"helm.sh/helm/v3/pkg/chartutil"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/yaml"
+
+	"github.com/openfuyao/npu-stack/internal/reboot"
 )
 
 // These tests read a page and the code or chart it describes and compare
@@ -390,6 +393,45 @@ func TestDBusMountIsTheDirectory(t *testing.T) {
 		for i, line := range strings.Split(text, "\n") {
 			if m := claim.FindString(line); m != "" {
 				t.Errorf("%s:%d says the socket file is mounted (%q); the chart mounts the directory /run/dbus (hostPath type Directory)", f, i+1, m)
+			}
+		}
+	}
+}
+
+// TestFailedRebootRetries: the rebooter retries a failed reboot
+// rebooter.rebootAttempts times in all, after a backoff that starts at
+// minBackoff and doubles, then stops until its pod is deleted
+// (internal/reboot/acts.go fail); a failed drain counts as an attempt.
+func TestFailedRebootRetries(t *testing.T) {
+	agent := readRepo(t, "internal/reboot/agent.go")
+	m := regexp.MustCompile(`minBackoff = (\d+) \* time\.Second`).FindStringSubmatch(agent)
+	if m == nil {
+		t.Fatal("internal/reboot/agent.go has no minBackoff in seconds; revisit this test")
+	}
+	var first int
+	fmt.Sscan(m[1], &first)
+	var waits []string
+	for i := 0; i < reboot.DefaultRebootAttempts-1; i++ {
+		waits = append(waits, fmt.Sprintf("%d s", first<<i))
+	}
+	vals := valuesFile(t, filepath.Join(repoRoot(t), "charts", "npu-stack", "values.yaml"))
+	if n, _ := vals["rebooter"].(map[string]any)["rebootAttempts"].(int64); n != int64(reboot.DefaultRebootAttempts) {
+		t.Fatalf("rebooter.rebootAttempts %d is not reboot.DefaultRebootAttempts %d", n, reboot.DefaultRebootAttempts)
+	}
+	sh := readRepo(t, "docs/self-healing.md")
+	row := regexp.MustCompile(`(?m)^\| failed reboot \|.*$`).FindString(sh)
+	for _, w := range append(waits, "rebootAttempts") {
+		if !strings.Contains(row, w) {
+			t.Errorf("docs/self-healing.md's failed-reboot guard does not say %q (with rebootAttempts %d the rebooter retries after %s, then stops): %s", w, reboot.DefaultRebootAttempts, strings.Join(waits, " and "), row)
+		}
+	}
+	never := regexp.MustCompile(`(?i)doubling to 10 min|backoff up to 10 min`)
+	for f, text := range userDocs(t) {
+		for i, line := range strings.Split(text, "\n") {
+			if strings.Contains(line, "RebootFailed") || strings.Contains(line, "failed reboot") {
+				if m := never.FindString(line); m != "" {
+					t.Errorf("%s:%d says a failed reboot is retried %q; the rebooter stops after rebooter.rebootAttempts attempts", f, i+1, m)
+				}
 			}
 		}
 	}
