@@ -436,3 +436,20 @@ func TestFailedRebootRetries(t *testing.T) {
 		}
 	}
 }
+
+// TestPlanAndStatusAdoptTheRolloutsPolicy: plan and status take every
+// policy flag the user does not give from the chart's rollout Job
+// (internal/hookcli/adopt.go); telling readers to repeat them is wrong.
+func TestPlanAndStatusAdoptTheRolloutsPolicy(t *testing.T) {
+	if !strings.Contains(readRepo(t, "internal/hookcli/status.go"), "chartRolloutArgs(ctx, client, f.namespace)") {
+		t.Fatal("status and plan no longer read the chart's rollout Job; revisit this test")
+	}
+	wrong := regexp.MustCompile(`(?is)read the\s+policy from their flags|pass the same values\s+as the chart`)
+	up := readRepo(t, "docs/driver-upgrade.md")
+	if m := wrong.FindString(up); m != "" {
+		t.Errorf("docs/driver-upgrade.md says %q; plan and status adopt the policy of the chart's rollout Job", m)
+	}
+	if !strings.Contains(up, "policy of the chart's rollout Job") {
+		t.Error("docs/driver-upgrade.md does not say that plan and status take the policy of the chart's rollout Job")
+	}
+}
