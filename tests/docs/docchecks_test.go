@@ -453,3 +453,18 @@ func TestPlanAndStatusAdoptTheRolloutsPolicy(t *testing.T) {
 		t.Error("docs/driver-upgrade.md does not say that plan and status take the policy of the chart's rollout Job")
 	}
 }
+
+// TestApprovalsOutsideARollout: every rollout run, the resume CronJob's
+// included, removes an approval no reboot request uses from a node that
+// is up to date or skipped (internal/rollout/decide.go, staleApproval).
+func TestApprovalsOutsideARollout(t *testing.T) {
+	if !strings.Contains(readRepo(t, "internal/rollout/decide.go"), "staleApproval(b, n)") {
+		t.Fatal("the rollout no longer removes stale approvals; revisit this test")
+	}
+	wrong := regexp.MustCompile(`(?is)nothing\s+removes\s+an\s+approval|approval\s+given\s+while\s+no\s+rollout\s+runs[^.]*authorises`)
+	for f, text := range userDocs(t) {
+		if m := wrong.FindString(text); m != "" {
+			t.Errorf("%s says %q; any rollout run (the resume CronJob every 10 minutes too) removes an approval no reboot request uses", f, strings.Join(strings.Fields(m), " "))
+		}
+	}
+}
