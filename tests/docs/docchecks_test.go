@@ -468,3 +468,44 @@ func TestApprovalsOutsideARollout(t *testing.T) {
 		}
 	}
 }
+
+// TestFailureStepsAreTheRollouts: the steps docs/observability.md lists
+// for driver-upgrade.failure-step are the ones the rollout fails a node
+// at (wait-for-jobs proceeds at its timeout, never fails).
+func TestFailureStepsAreTheRollouts(t *testing.T) {
+	consts := map[string]string{}
+	for _, f := range []string{"internal/rollout/actions.go", "internal/contract/cordon.go"} {
+		for _, m := range regexp.MustCompile(`(?m)^\s*(Step\w+)\s*=\s*"([^"]+)"`).FindAllStringSubmatch(readRepo(t, f), -1) {
+			consts[m[1]] = m[2]
+		}
+	}
+	var want []string
+	for _, f := range []string{"internal/rollout/decide.go", "internal/rollout/validation.go"} {
+		for _, m := range regexp.MustCompile(`\.fail\(n, (Step\w+)|Step: (Step\w+)`).FindAllStringSubmatch(readRepo(t, f), -1) {
+			v := consts[m[1]+m[2]]
+			if v == "" {
+				t.Fatalf("%s: no value for %s", f, m[1]+m[2])
+			}
+			if !slices.Contains(want, v) {
+				want = append(want, v)
+			}
+		}
+	}
+	slices.Sort(want)
+	row := regexp.MustCompile("(?m)^\\| `npu\\.openfuyao\\.com/driver-upgrade\\.failure-reason`.*$").FindString(readRepo(t, "docs/observability.md"))
+	if row == "" {
+		t.Fatal("docs/observability.md has no failure-reason row")
+	}
+	inner := regexp.MustCompile(`where \(([^)]*)\)`).FindStringSubmatch(row)
+	if inner == nil {
+		t.Fatalf("docs/observability.md's failure-step row names no steps: %s", row)
+	}
+	var got []string
+	for _, m := range regexp.MustCompile("`([a-z-]+)`").FindAllStringSubmatch(inner[1], -1) {
+		got = append(got, m[1])
+	}
+	slices.Sort(got)
+	if !slices.Equal(got, want) {
+		t.Errorf("docs/observability.md lists failure steps %v; the rollout fails nodes at %v", got, want)
+	}
+}
