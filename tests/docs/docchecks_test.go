@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -17,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/yaml"
 
 	"github.com/openfuyao/npu-stack/internal/reboot"
+	"github.com/openfuyao/npu-stack/tests/testbed"
 )
 
 // These tests read a page and the code or chart it describes and compare
@@ -507,5 +509,42 @@ func TestFailureStepsAreTheRollouts(t *testing.T) {
 	slices.Sort(got)
 	if !slices.Equal(got, want) {
 		t.Errorf("docs/observability.md lists failure steps %v; the rollout fails nodes at %v", got, want)
+	}
+}
+
+// TestChartUpgradeKeepsTheNewDefaults: a chart upgrade with
+// --reuse-values drops the new chart's defaults for keys never set; the
+// documented one merges them (--reset-then-reuse-values, which both helm
+// CLIs the tests build have).
+func TestChartUpgradeKeepsTheNewDefaults(t *testing.T) {
+	sec := section(t, readRepo(t, "docs/installation.md"), "docs/installation.md", "Upgrade from the previous chart version")
+	n := 0
+	for _, l := range shLines(sec) {
+		if !strings.HasPrefix(l, "helm upgrade ") {
+			continue
+		}
+		n++
+		if strings.Contains(l, "--reuse-values") {
+			t.Errorf("docs/installation.md's chart upgrade uses --reuse-values, which keeps the old chart's values and drops the new chart's defaults: %s", l)
+		}
+		if !strings.Contains(l, "--reset-then-reuse-values") && !strings.Contains(l, " -f ") {
+			t.Errorf("docs/installation.md's chart upgrade neither merges the new defaults (--reset-then-reuse-values) nor passes the values files: %s", l)
+		}
+	}
+	if n == 0 {
+		t.Fatal("docs/installation.md's chart upgrade has no helm upgrade")
+	}
+	if !strings.Contains(sec, "Helm 3.14") {
+		t.Error("docs/installation.md's chart upgrade does not say which helm has --reset-then-reuse-values (3.14+)")
+	}
+	for _, cli := range []string{"helm3/helm", "helm4/helm"} {
+		bin, err := testbed.Engine(cli)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := exec.Command(bin, "upgrade", "--help").CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "--reset-then-reuse-values") {
+			t.Errorf("%s upgrade has no --reset-then-reuse-values (%v)", cli, err)
+		}
 	}
 }
