@@ -548,3 +548,27 @@ func TestChartUpgradeKeepsTheNewDefaults(t *testing.T) {
 		}
 	}
 }
+
+// TestInsecureRegistryOnlyWithoutTLS: the deployers' kustomizations turn
+// TLS off only for a registry without it, so the line is commented out.
+func TestInsecureRegistryOnlyWithoutTLS(t *testing.T) {
+	text := readRepo(t, "docs/deployers.md")
+	in := false
+	n := 0
+	for i, l := range strings.Split(text, "\n") {
+		if tl := strings.TrimSpace(l); strings.HasPrefix(tl, "```") {
+			in = tl == "```yaml"
+			continue
+		}
+		if !in || !regexp.MustCompile(`(?i)insecure`).MatchString(l) {
+			continue
+		}
+		n++
+		if !strings.HasPrefix(strings.TrimSpace(l), "#") {
+			t.Errorf("docs/deployers.md:%d turns TLS off for every registry, while only a registry without TLS needs it: %s", i+1, strings.TrimSpace(l))
+		}
+	}
+	if n == 0 {
+		t.Error("docs/deployers.md's kustomizations no longer show how to reach a registry without TLS")
+	}
+}

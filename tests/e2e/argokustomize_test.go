@@ -21,12 +21,15 @@ import (
 // values change by applying again.
 
 // argoKustomization is docs/deployers.md's Argo CD kustomization with the
-// user's edits: the mirror's URL and the chart version mirrored there.
+// user's edits: the mirror's URL, the chart version mirrored there, and
+// the insecureOCIForceHttp line uncommented (the test bed's registry has
+// no TLS).
 func (d *argoDeployer) argoKustomization(t *testing.T) string {
 	t.Helper()
 	return docKustomization(t, "# kustomization.yaml (Argo CD)", [][2]string{
 		{`registry\.example\.com/openfuyao/charts`, d.argo.ChartRepoURL()},
 		{`targetRevision, value: "[^"]*"`, fmt.Sprintf("targetRevision, value: %q", env.Product.ChartVersion)},
+		{withoutTLS("/stringData/insecureOCIForceHttp"), "${1}${2}"},
 	})
 }
 

@@ -104,13 +104,22 @@ const observeDrift = `  - target: {kind: HelmRelease, name: npu-stack}
 `
 
 // fluxKustomization is docs/deployers.md's kustomization with the user's
-// two edits: the mirror's URL and the chart version mirrored there.
+// edits: the mirror's URL, the chart version mirrored there, and the
+// insecure line uncommented (the test bed's registry has no TLS).
 func fluxKustomization(t *testing.T) string {
 	t.Helper()
 	return docKustomization(t, "# kustomization.yaml", [][2]string{
 		{`oci://registry\.example\.com/`, "oci://" + env.Registry.Host + "/"},
 		{`tag: "[^"]*"`, fmt.Sprintf("tag: %q", env.Product.ChartVersion)},
+		{withoutTLS("/spec/insecure"), "${1}${2}"},
 	})
+}
+
+// withoutTLS matches the commented-out line of a documented
+// kustomization that a user uncomments for a registry without TLS: the
+// line adding path, and the comment above it.
+func withoutTLS(path string) string {
+	return `(?m)^(\s*)# a registry without TLS only:\n\s*# (- \{op: add, path: ` + regexp.QuoteMeta(path) + `, [^}]*\})`
 }
 
 // docKustomization is the ```yaml block of docs/deployers.md whose first
