@@ -572,3 +572,31 @@ func TestInsecureRegistryOnlyWithoutTLS(t *testing.T) {
 		t.Error("docs/deployers.md's kustomizations no longer show how to reach a registry without TLS")
 	}
 }
+
+// TestShellLinesRunOnDarwin: npu-hooks ships for darwin; a documented
+// command line must not need GNU-only flags, and a Flux forced reconcile
+// gives requestedAt and forceAt one value (helm-controller forces only
+// when they are equal).
+func TestShellLinesRunOnDarwin(t *testing.T) {
+	gnu := regexp.MustCompile(`xargs (-[a-zA-Z]*[dr]\b|--delimiter|--no-run-if-empty)|date -d|grep -P|readlink -f|sed -i `)
+	forced := regexp.MustCompile(`reconcile\.fluxcd\.io/requestedAt=(\S+) reconcile\.fluxcd\.io/forceAt=(\S+?)` + "`?$")
+	for f, text := range userDocs(t) {
+		if !strings.HasSuffix(f, ".md") {
+			continue
+		}
+		for _, l := range shLines(text) {
+			if m := gnu.FindString(l); m != "" {
+				t.Errorf("%s: %q is GNU-only (npu-hooks ships for darwin too): %s", f, m, l)
+			}
+		}
+		for i, l := range strings.Split(text, "\n") {
+			if !strings.Contains(l, "reconcile.fluxcd.io/forceAt=") {
+				continue
+			}
+			m := forced.FindStringSubmatch(strings.TrimRight(strings.TrimSpace(l), ").`"))
+			if m == nil || m[1] != m[2] || strings.Contains(m[1], "$(") {
+				t.Errorf("%s:%d: requestedAt and forceAt must be one value set once (a $(date) each may differ by a second, and helm-controller then forces nothing): %s", f, i+1, strings.TrimSpace(l))
+			}
+		}
+	}
+}
