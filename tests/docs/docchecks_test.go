@@ -600,3 +600,18 @@ func TestShellLinesRunOnDarwin(t *testing.T) {
 		}
 	}
 }
+
+// TestParserLayoutsAreNamed: docs/development.md names every npu-smi
+// layout internal/npusmi reads.
+func TestParserLayoutsAreNamed(t *testing.T) {
+	names := regexp.MustCompile(`layout\{name: "([^"]+)"`).FindAllStringSubmatch(readRepo(t, "internal/npusmi/layout.go"), -1)
+	if len(names) < 3 {
+		t.Fatalf("internal/npusmi/layout.go: %d layouts found", len(names))
+	}
+	line := regexp.MustCompile(`(?m)^\s+npusmi/.*$`).FindString(readRepo(t, "docs/development.md"))
+	for _, n := range names {
+		if !strings.Contains(line, n[1]) {
+			t.Errorf("docs/development.md's npusmi line does not name the %s layout the parser reads: %s", n[1], strings.TrimSpace(line))
+		}
+	}
+}
