@@ -615,3 +615,15 @@ func TestParserLayoutsAreNamed(t *testing.T) {
 		}
 	}
 }
+
+// TestRebootTimeoutIsTwoWindows: rebootTimeoutSeconds bounds the reboot
+// step and, separately, the validation step (decide.go, validation.go).
+func TestRebootTimeoutIsTwoWindows(t *testing.T) {
+	for f, text := range userDocs(t) {
+		for i, line := range strings.Split(text, "\n") {
+			if strings.Contains(line, "from the reboot command to validated") {
+				t.Errorf("%s:%d says rebootTimeoutSeconds spans the reboot command to validated; it bounds the reboot step and the validation step, each on its own: %s", f, i+1, strings.TrimSpace(line))
+			}
+		}
+	}
+}
