@@ -627,3 +627,34 @@ func TestRebootTimeoutIsTwoWindows(t *testing.T) {
 		}
 	}
 }
+
+// TestObjectNamesAreTheFullName: the chart names objects after its full
+// name (the release name when it contains npu-stack, else
+// <release>-npu-stack), so <release>-x names nothing for a release called
+// otherwise, and a command naming the hook-mode Job of the release
+// npu-stack finds nothing in job mode or under another release.
+func TestObjectNamesAreTheFullName(t *testing.T) {
+	var sas []string
+	for _, o := range renderClient(t, "fleet", map[string]any{}) {
+		if o.GetKind() == "ServiceAccount" {
+			sas = append(sas, o.GetName())
+		}
+	}
+	if !slices.Contains(sas, "fleet-npu-stack-rebooter") {
+		t.Fatalf("release fleet renders service accounts %v; revisit this test", sas)
+	}
+	for f, text := range userDocs(t) {
+		for i, line := range strings.Split(text, "\n") {
+			for _, m := range regexp.MustCompile(`<release>-[a-z][a-z-]*`).FindAllString(line, -1) {
+				if m != "<release>-npu-stack" {
+					t.Errorf("%s:%d names an object %q; objects are named <fullname>-... (release fleet: fleet-npu-stack-rebooter)", f, i+1, m)
+				}
+			}
+		}
+		for _, l := range shLines(text) {
+			if strings.Contains(l, "job/npu-stack-rollout") {
+				t.Errorf("%s: %s names the hook-mode Job of the release npu-stack; select the rollout's pods by label (app.kubernetes.io/component=rollout)", f, l)
+			}
+		}
+	}
+}
