@@ -53,6 +53,9 @@ func NewPlan(g *cli.GlobalOptions) *cobra.Command {
 			for _, m := range s.Missing {
 				_, _ = fmt.Fprintf(w, "warning: re-roll target %s not found; it will be skipped\n", m)
 			}
+			if warn := rollout.NoCanaryWarning(s, pol); warn != "" {
+				_, _ = fmt.Fprintf(w, "warning: %s\n", warn)
+			}
 			return nil
 		},
 	}

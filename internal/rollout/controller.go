@@ -273,7 +273,7 @@ func (c *Controller) Run(ctx context.Context) (Decision, error) {
 	q, stop := c.startWriters(ctx)
 	defer stop()
 	var last Decision
-	var lastMissing string
+	var lastMissing, lastCanary string
 	var quietUntil time.Time
 	timer := c.cfg.Clock.NewTimer(time.Hour)
 	defer timer.Stop()
@@ -302,6 +302,10 @@ func (c *Controller) Run(ctx context.Context) (Decision, error) {
 		if m := fmt.Sprint(s.Missing); len(s.Missing) > 0 && m != lastMissing {
 			c.cfg.Log.WithField("targets", s.Missing).Warn("re-roll targets not found; skipping them")
 			lastMissing = m
+		}
+		if w := NoCanaryWarning(s, c.cfg.Policy); w != "" && w != lastCanary {
+			c.cfg.Log.Warn(w)
+			lastCanary = w
 		}
 		c.enqueue(q, d.Actions)
 		quietUntil = c.cfg.Clock.Now().Add(decisionPause * c.cfg.Clock.Since(began))

@@ -413,6 +413,37 @@ func TestCanaryFirst(t *testing.T) {
 	}
 }
 
+// A canary selector that matches no NPU node takes the canary phase away
+// without a word from Decide; NoCanaryWarning says so.
+func TestNoCanaryWarning(t *testing.T) {
+	q := in(contract.StateUpgradeRequired)
+	sel := func(s string) func(*Policy) {
+		return func(p *Policy) {
+			var err error
+			if p.Canary, err = labels.Parse(s); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	none := Snapshot{Nodes: []NodeView{nv("a", q), nv("b", q)}}
+	if w := NoCanaryWarning(none, policy()); w != "" {
+		t.Errorf("no selector: %q", w)
+	}
+	if w := NoCanaryWarning(Snapshot{Nodes: []NodeView{nv("a", q), nv("b", canary, loaded("2.0"))}}, policy(sel("npu.example.com/canary=true"))); w != "" {
+		t.Errorf("a matching node (already upgraded): %q", w)
+	}
+	w := NoCanaryWarning(none, policy(sel("npu.example.com/canary=true")))
+	if !strings.Contains(w, `"npu.example.com/canary=true" matches no NPU node`) || !strings.Contains(w, "kubectl label node <node> npu.example.com/canary=true") {
+		t.Errorf("no matching node: %q", w)
+	}
+	if w := NoCanaryWarning(none, policy(sel("tier in (canary)"))); !strings.Contains(w, "matches no NPU node") || strings.Contains(w, "kubectl label") {
+		t.Errorf("set-based selector: %q", w)
+	}
+	// Decide itself goes on without canaries: every node is a candidate.
+	p := policy(sel("npu.example.com/canary=true"), func(p *Policy) { p.MaxParallel = 0; p.MaxUnavailable = intstr.FromString("100%") })
+	want(t, decide(p, nv("a", q), nv("b", q)), "a:upgrade-required>cordon-required", "b:upgrade-required>cordon-required")
+}
+
 func readyDriver(n *NodeView) {
 	n.Driver = &DriverPod{Name: "drv-" + n.Name, Version: n.Desired, Ready: true, ReadyAt: now.Add(-time.Hour)}
 }

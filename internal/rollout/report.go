@@ -3,6 +3,7 @@ package rollout
 import (
 	"fmt"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/openfuyao/npu-stack/internal/contract"
@@ -168,4 +169,25 @@ func Plan(s Snapshot, p Policy) []PlanEntry {
 		out = append(out, e)
 	}
 	return append(out, rest...)
+}
+
+// NoCanaryWarning says, when the policy selects canaries but no NPU node
+// matches the selector, that the upgrade has no canary phase: every node
+// is a candidate from the start, as if no selector were set. "" when no
+// selector is set or a node matches it.
+func NoCanaryWarning(s Snapshot, p Policy) string {
+	if p.Canary == nil || p.Canary.Empty() {
+		return ""
+	}
+	for _, n := range s.Nodes {
+		if n.Canary {
+			return ""
+		}
+	}
+	sel := p.Canary.String()
+	fix := "label the canary nodes so that they match it"
+	if !strings.ContainsAny(sel, " ()!") && !strings.Contains(sel, "!=") && strings.Count(sel, "=") == strings.Count(sel, ",")+1 {
+		fix = "label the canary nodes first: kubectl label node <node> " + strings.ReplaceAll(sel, ",", " ")
+	}
+	return fmt.Sprintf("driver.upgradePolicy.canarySelector %q matches no NPU node, so the upgrade has no canary phase and every node may start at once; %s", sel, fix)
 }

@@ -658,3 +658,28 @@ func TestObjectNamesAreTheFullName(t *testing.T) {
 		}
 	}
 }
+
+// TestCanaryLabelIsDocumented: an example that selects canaries by a
+// label comes with a page that says to put that label on a node.
+func TestCanaryLabelIsDocumented(t *testing.T) {
+	files, err := filepath.Glob(filepath.Join(examplesDir(t), "values-*.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	docs := userDocs(t)
+	for _, f := range files {
+		up, _ := valuesFile(t, f)["driver"].(map[string]any)["upgradePolicy"].(map[string]any)
+		sel, _ := up["canarySelector"].(string)
+		if sel == "" {
+			continue
+		}
+		want := "kubectl label node N " + sel
+		found := false
+		for _, text := range docs {
+			found = found || slices.Contains(shLines(text), want)
+		}
+		if !found {
+			t.Errorf("%s selects canaries with %s, but no page's sh block labels one (%s)", filepath.Base(f), sel, want)
+		}
+	}
+}
