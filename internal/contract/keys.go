@@ -88,7 +88,9 @@ const InstalledIncomplete = "incomplete"
 
 // DriverRetryCommand is the one command that makes the driver pod of node
 // try its install again at once: its replacement starts with no backoff.
-// The driver DaemonSets' pods carry app=npu-driver-daemonset (seed 000).
+// The driver DaemonSets' pods carry app=npu-driver-daemonset, the label
+// the Alauda NPU Operator documentation selects them by (docs/host-contract.md,
+// ANO-UPG).
 func DriverRetryCommand(namespace, node string) string {
 	if namespace == "" {
 		namespace = "<namespace>"

@@ -44,8 +44,8 @@ const (
 	// mode_normal, installed under driver/script: device_hot_reset.sh
 	// sources ${Driver_Install_Path_Param}/driver/script/specific_func.inc).
 	SpecificFunc = "script/specific_func.inc"
-	// NPUSMI is npu-smi inside the tree (seed 000: /var/lib/Ascend/driver/
-	// tools/npu-smi on KubeOS).
+	// NPUSMI is npu-smi inside the tree (/var/lib/Ascend/driver/tools/npu-smi
+	// on KubeOS: docs/host-contract.md, ANO-UPG).
 	NPUSMI = "tools/npu-smi"
 )
 

@@ -20,8 +20,8 @@ import (
 // v8.5.0, scripts/package/custom/driver/ascend910B/driver_atlas.xml l.38-39,
 // install_path="/usr/local/bin" and "/usr/local/sbin", mode 555). A
 // precompiled driver image that keeps its tree off /usr (KubeOS) has it
-// at <driver-root>/tools/npu-smi instead (seed 000, "Verify the new
-// driver"), looked at last.
+// at <driver-root>/tools/npu-smi instead (docs/host-contract.md, ANO-UPG,
+// "Verify the new driver"), looked at last.
 var NPUSMIPaths = []string{"/usr/local/sbin/npu-smi", "/usr/local/bin/npu-smi"}
 
 // npuSMILibDirs are the driver's library directories npu-smi loads from,
@@ -182,8 +182,8 @@ func (l *Linux) npuSMICandidates() []string {
 }
 
 // NPUSMIEnv is npu-smi's environment: the host PATH and LD_LIBRARY_PATH
-// with the driver's library directories and /usr/local/dcmi, as seed 000
-// runs it on KubeOS (LD_LIBRARY_PATH=<driver>/lib64/driver:<driver>/lib64/common).
+// with the driver's library directories and /usr/local/dcmi, as ANO-UPG
+// (docs/host-contract.md) runs it on KubeOS (LD_LIBRARY_PATH=<driver>/lib64/driver:<driver>/lib64/common).
 func (l *Linux) NPUSMIEnv() []string {
 	dirs := make([]string, 0, len(npuSMILibDirs)+1)
 	for _, d := range npuSMILibDirs {

@@ -114,7 +114,8 @@ type Result struct {
 }
 
 // VendorDriverRepository is where the precompiled driver images are
-// published (seed: Step 1.1 of the installation copies them from there).
+// published (the Alauda NPU Operator v1.2.4 documentation copies them from
+// there; docs/host-contract.md, ANO-UPG).
 const VendorDriverRepository = "docker.io/alaudadockerhub/ascend-driver"
 
 // imageProblem says what to do about a driver image that cannot be pulled:
