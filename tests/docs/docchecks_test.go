@@ -683,3 +683,38 @@ func TestCanaryLabelIsDocumented(t *testing.T) {
 		}
 	}
 }
+
+// TestTableCellsHoldAtMostTwoSentences: tables hold facts; prose goes
+// below them.
+func TestTableCellsHoldAtMostTwoSentences(t *testing.T) {
+	files, err := filepath.Glob(filepath.Join(repoRoot(t), "docs", "*.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	code := regexp.MustCompile("`[^`]*`")
+	paren := regexp.MustCompile(`\([^()]*\)`)
+	abbrev := regexp.MustCompile(`\b(e\.g|i\.e|etc|vs|cf|l)\.`)
+	end := regexp.MustCompile(`[.!?]\s+[A-Z]`)
+	for _, f := range files {
+		text := readRepo(t, filepath.Join("docs", filepath.Base(f)))
+		in := false
+		for i, l := range strings.Split(text, "\n") {
+			if strings.HasPrefix(strings.TrimSpace(l), "```") {
+				in = !in
+			}
+			if in || !strings.HasPrefix(l, "|") {
+				continue
+			}
+			for _, cell := range strings.Split(strings.Trim(strings.ReplaceAll(l, `\|`, "¦"), "|"), "|") {
+				c := code.ReplaceAllString(cell, "C")
+				for paren.MatchString(c) {
+					c = paren.ReplaceAllString(c, "P")
+				}
+				c = abbrev.ReplaceAllString(c, "$1")
+				if n := len(end.FindAllString(c, -1)) + 1; n > 2 {
+					t.Errorf("docs/%s:%d: a table cell of %d sentences; keep the fact in the cell and move the rest below the table: %.80s...", filepath.Base(f), i+1, n, strings.TrimSpace(cell))
+				}
+			}
+		}
+	}
+}
