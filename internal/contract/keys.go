@@ -151,3 +151,12 @@ func (k Keys) RebootStartedReason() string { return k.key("driver-upgrade.reboot
 // even while the kubelet still reports the old boot ID in the Node's
 // status: the rollout then waits for the kubelet instead of asking again.
 func (k Keys) RebootedFromBootID() string { return k.key("driver-upgrade.rebooted-from-boot-id") }
+
+// UninstallRequested is the annotation `npu-hooks uninstall` puts on a
+// driver DaemonSet right before it deletes it (foreground, so the
+// DaemonSet stays, marked deleted, until its pods are gone). A driver pod
+// that stops while its DaemonSet is being deleted with this annotation
+// removes npu-stack's files from its host; any other stop (a rolling
+// update, a profile renamed) removes nothing. Its value names the request,
+// repeated in the pod's HostFilesRemoved Event.
+func (k Keys) UninstallRequested() string { return k.key("uninstall-requested") }

@@ -99,6 +99,10 @@ const (
 	// the injector cannot give workloads the driver's user space and the
 	// node advertises no chip (cdi.inject).
 	EventNRIUnavailable EventReason = "NRIUnavailable"
+	// EventHostFilesRemoved: the driver pod, stopped by npu-hooks
+	// uninstall, removed npu-stack's files from its host (the message
+	// names them and the request).
+	EventHostFilesRemoved EventReason = "HostFilesRemoved"
 )
 
 // Values of boolean labels and annotations.

@@ -10,11 +10,15 @@ import (
 	"syscall"
 )
 
+// StateDir is npu-stack's own persistent directory on the host; nothing
+// else writes under it, so an uninstall removes it whole.
+const StateDir = "/var/lib/npu-stack"
+
 // StagingDir is where the driver pod copies the vendor installer on the
 // host before running it there: /var stays writable on KubeOS (its /var
 // is a bind mount of /persist/var, openeuler-mirror/KubeOS v1.0.8
 // files/var.mount).
-const StagingDir = "/var/lib/npu-stack/installer"
+const StagingDir = StateDir + "/installer"
 
 // ReadOnlyAncestor is the nearest existing ancestor of hostPath (the path
 // itself if it exists) when it is on a read-only filesystem, "" when
