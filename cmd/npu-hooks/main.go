@@ -1,6 +1,7 @@
 // Command npu-hooks runs the driver rollout: preflight (pre-install and
 // pre-upgrade hook), rollout (post-install/upgrade/rollback hook, job mode
-// and resume CronJob), and plan and status for people.
+// and resume CronJob), plan and status for people, and uninstall (by hand
+// after helm uninstall, or the pre-delete hook).
 package main
 
 import (
@@ -16,8 +17,8 @@ import (
 
 func main() {
 	var opts cli.GlobalOptions
-	root := cli.NewRoot("npu-hooks", "Driver rollout hooks: preflight, rollout, plan and status", &opts)
-	root.AddCommand(hookcli.NewPreflight(&opts), hookcli.NewRollout(&opts), hookcli.NewPlan(&opts), hookcli.NewStatus(&opts))
+	root := cli.NewRoot("npu-hooks", "Driver rollout hooks: preflight, rollout, plan, status and uninstall", &opts)
+	root.AddCommand(hookcli.NewPreflight(&opts), hookcli.NewRollout(&opts), hookcli.NewPlan(&opts), hookcli.NewStatus(&opts), hookcli.NewUninstall(&opts))
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	err := root.ExecuteContext(ctx)
 	stop()

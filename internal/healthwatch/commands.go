@@ -128,6 +128,7 @@ func (s *shared) driverEntry() *cobra.Command {
 		node, domain, version, root, markers string
 		stops                                []string
 		cfg                                  driverentry.Config
+		leave                                leaveFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "driver-entry [flags] -- INSTALL-COMMAND...",
@@ -174,9 +175,13 @@ func (s *shared) driverEntry() *cobra.Command {
 				}
 				pods.Targets = append(pods.Targets, t)
 			}
-			return driverentry.Run(cmd.Context(), cfg, driverentry.Deps{
+			err = driverentry.Run(cmd.Context(), cfg, driverentry.Deps{
 				Nodes: kube.Nodes{Client: client}, Watch: kube.NodeWatch{Client: client}, Host: h, Events: rec, Pods: pods, Clock: clock.RealClock{}, Log: log,
 			})
+			if err == nil {
+				leave.leaver(client, rec, log, k, h, cfg.Namespace, node, markers).leave(cmd.Context())
+			}
+			return err
 		},
 	}
 	f := cmd.Flags()
@@ -192,6 +197,7 @@ func (s *shared) driverEntry() *cobra.Command {
 	f.DurationVar(&cfg.Retry.Initial, "retry-backoff", driverentry.DefaultBackoff.Initial, "wait before the first retry of a blocked or failed install; doubles at each retry")
 	f.DurationVar(&cfg.Retry.Max, "retry-backoff-max", driverentry.DefaultBackoff.Max, "longest wait between two retries of a blocked or failed install")
 	f.DurationVar(&cfg.HolderWait, "holder-wait", driverentry.DefaultHolderWait, "how long the stopped pods get to let go of the davinci device nodes before an install counts as blocked")
+	leave.add(f)
 	f.StringArrayVar(&stops, "stop", nil, "DaemonSet whose pods on this node are deleted before an install over the loaded driver: namespace/name or namespace/selector:<label selector> (repeatable; the chart passes its device plugin, exporter and driver.upgradePolicy.rerollTargets)")
 	return cmd
 }

@@ -1,0 +1,179 @@
+package uninstall
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/selection"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+
+	"github.com/openfuyao/npu-stack/internal/contract"
+	"github.com/openfuyao/npu-stack/internal/kube"
+)
+
+// driverPodLabel marks the driver DaemonSets and their pods (app=
+// npu-driver-daemonset, the vendor's name, kept for its users' commands).
+const driverPodLabel = "app"
+
+const driverPodValue = "npu-driver-daemonset"
+
+// foreground keeps a DaemonSet, marked deleted, until its pods are gone:
+// its driver pods read the request on it while they stop.
+var foreground = metav1.DeleteOptions{PropagationPolicy: ptr.To(metav1.DeletePropagationForeground)}
+
+// HostFilesMessage is the driver pod's HostFilesRemoved Event message
+// for request; the command finds its Events by it.
+func HostFilesMessage(request, detail string) string { return "request " + request + ": " + detail }
+
+// stopAgents stops the node agents: it marks the driver DaemonSets with
+// the request (their pods then remove npu-stack's host files as they
+// stop), deletes every DaemonSet of the release and waits for their
+// pods, so that no agent writes a node key after the nodes are cleaned.
+// After helm uninstall the DaemonSets are gone: only their pods still
+// stopping are waited for, and the host files stay.
+func (u *run) stopAgents(ctx context.Context) error {
+	ns := u.cfg.Namespace
+	dsClient := u.cfg.Client.AppsV1().DaemonSets(ns)
+	dss, err := dsClient.List(ctx, metav1.ListOptions{LabelSelector: u.selector(selection.Equals)})
+	if err != nil {
+		return fmt.Errorf("list the DaemonSets of release %s in %s: %w", u.cfg.Release, ns, err)
+	}
+	agents := u.selector(selection.NotIn, append([]string{ComponentUninstall}, hookComponents...)...)
+	pods, err := u.cfg.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: agents})
+	if err != nil {
+		return fmt.Errorf("list the node agents' pods of release %s in %s: %w", u.cfg.Release, ns, err)
+	}
+	if len(dss.Items) == 0 {
+		u.report.NoAgents = true
+		u.printf("node agents: the DaemonSets of release %s are gone, so no driver pod can remove npu-stack's files from the hosts: they stay (docs/installation.md, Uninstall, lists them)", u.cfg.Release)
+		if len(pods.Items) == 0 {
+			return nil
+		}
+	}
+	request := u.cfg.Request
+	for _, ds := range dss.Items {
+		if r := ds.Annotations[u.cfg.Keys.UninstallRequested()]; r != "" && ds.Labels[driverPodLabel] == driverPodValue {
+			// A run that stopped half-way: its request stands, and the
+			// pods that stopped since reported under it.
+			request = r
+		}
+	}
+	for _, ds := range dss.Items {
+		if err := u.stopDaemonSet(ctx, ds, request); err != nil {
+			return err
+		}
+	}
+	if u.cfg.DryRun {
+		return nil
+	}
+	notReady, err := u.notReadyNodes(ctx)
+	if err != nil {
+		return err
+	}
+	expect := map[string]bool{}
+	for _, p := range pods.Items {
+		switch {
+		case p.Spec.NodeName != "" && notReady[p.Spec.NodeName]:
+			u.printf("node agents: pod %s/%s is on node %s, which is not Ready: it cannot stop there, so it is not waited for and that node keeps npu-stack's host files", ns, p.Name, p.Spec.NodeName)
+		case p.Labels[driverPodLabel] == driverPodValue && !u.report.NoAgents && p.Spec.NodeName != "":
+			expect[p.Spec.NodeName] = true
+		}
+	}
+	if len(pods.Items) > 0 {
+		u.printf("waiting for the node agents' pods to stop (%d pods; a driver pod lets a running driver install finish first)", len(pods.Items))
+		onReadyNode := func(o runtime.Object) bool {
+			p, ok := o.(*corev1.Pod)
+			return ok && !notReady[p.Spec.NodeName]
+		}
+		if err := waitGone(ctx, "pods of the node agents", u.podsLW(agents), &corev1.Pod{}, onReadyNode); err != nil {
+			return err
+		}
+	}
+	if len(expect) > 0 {
+		return u.confirmHostFiles(ctx, request, expect)
+	}
+	return nil
+}
+
+// stopDaemonSet marks a driver DaemonSet with the request and deletes
+// ds in the foreground.
+func (u *run) stopDaemonSet(ctx context.Context, ds appsv1.DaemonSet, request string) error {
+	ns, key := u.cfg.Namespace, u.cfg.Keys.UninstallRequested()
+	dsClient := u.cfg.Client.AppsV1().DaemonSets(ns)
+	if ds.Labels[driverPodLabel] == driverPodValue && ds.Annotations[key] != request {
+		patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{key: request}}})
+		if err != nil {
+			return fmt.Errorf("encode the request: %w", err)
+		}
+		what := u.ref("DaemonSet", ds.Name) + " with " + key + "=" + request + " (its pods remove npu-stack's files from their hosts as they stop)"
+		if err := u.act(ctx, "mark", "marked", what, func(ctx context.Context) error {
+			_, err := dsClient.Patch(ctx, ds.Name, types.MergePatchType, patch, metav1.PatchOptions{})
+			return ignoreNotFound(err, "mark DaemonSet "+ns+"/"+ds.Name+" for the host cleanup")
+		}); err != nil {
+			return err
+		}
+	}
+	if ds.DeletionTimestamp != nil {
+		return nil
+	}
+	return u.act(ctx, "delete", "deleted", u.ref("DaemonSet", ds.Name), func(ctx context.Context) error {
+		return ignoreNotFound(dsClient.Delete(ctx, ds.Name, foreground), "delete DaemonSet "+ns+"/"+ds.Name)
+	})
+}
+
+func (u *run) notReadyNodes(ctx context.Context) (map[string]bool, error) {
+	nodes, err := u.cfg.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("list nodes: %w", err)
+	}
+	out := map[string]bool{}
+	for i := range nodes.Items {
+		if !kube.NodeReady(&nodes.Items[i]) {
+			out[nodes.Items[i].Name] = true
+		}
+	}
+	return out, nil
+}
+
+// confirmHostFiles reads the driver pods' HostFilesRemoved Events of
+// request: each node in expect either reported its files removed or is
+// named with what stays there.
+func (u *run) confirmHostFiles(ctx context.Context, request string, expect map[string]bool) error {
+	evs, err := u.cfg.Client.CoreV1().Events(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{
+		FieldSelector: fields.Set{"reason": string(contract.EventHostFilesRemoved), "involvedObject.kind": "Node"}.String(),
+	})
+	if err != nil {
+		return fmt.Errorf("list the HostFilesRemoved events: %w", err)
+	}
+	reported := map[string]corev1.Event{}
+	for _, e := range evs.Items {
+		if strings.HasPrefix(e.Message, HostFilesMessage(request, "")) {
+			reported[e.InvolvedObject.Name] = e
+		}
+	}
+	for _, n := range slices.Sorted(maps.Keys(expect)) {
+		e, ok := reported[n]
+		switch {
+		case !ok:
+			u.report.HostFilesLeft = append(u.report.HostFilesLeft, n)
+			u.printf("node %s: its driver pod did not report removing npu-stack's host files (killed before it could?): they stay there", n)
+		case e.Type == corev1.EventTypeWarning:
+			u.report.HostFilesLeft = append(u.report.HostFilesLeft, n)
+			u.printf("node %s: %s", n, strings.TrimPrefix(e.Message, HostFilesMessage(request, "")))
+		default:
+			u.report.HostFilesRemoved = append(u.report.HostFilesRemoved, n)
+			u.printf("node %s: %s", n, strings.TrimPrefix(e.Message, HostFilesMessage(request, "")))
+		}
+	}
+	return nil
+}
