@@ -38,6 +38,7 @@ func variants() []variant {
 			"driver": map[string]any{"upgradePolicy": map[string]any{"rerollTargets": []any{map[string]any{"namespace": "dra", "name": "npu-dra-plugin"}, map[string]any{"namespace": "dra", "selector": "app=x"}}}}}},
 		{name: "mixed-fleet", vals: mixedFleet},
 		{name: "no-inject", vals: map[string]any{"cdi": map[string]any{"inject": false}}},
+		{name: "uninstall-cleanup", vals: map[string]any{"uninstall": map[string]any{"cleanup": true}}},
 	}
 }
 
@@ -327,8 +328,10 @@ func TestRBACIsLeastPrivilege(t *testing.T) {
 			for comp := range patchNodes {
 				// The vendor device plugin patches its own labels and
 				// annotations, as upstream's ClusterRole allows; the NRI
-				// injector its injection-status annotation.
-				if comp != "rollout" && comp != "rebooter" && comp != "driver" && comp != "device-plugin" && comp != "nri-injector" {
+				// injector its injection-status annotation. npu-hooks
+				// uninstall (the pre-delete hook) removes npu-stack's keys
+				// and cordons once the agents are stopped.
+				if comp != "rollout" && comp != "rebooter" && comp != "driver" && comp != "device-plugin" && comp != "nri-injector" && comp != "uninstall" {
 					t.Errorf("component %s may patch Nodes", comp)
 				}
 			}

@@ -55,6 +55,15 @@ registry/repository, then @digest if set, else :tag (default appVersion).
 {{- end }}
 {{- end }}
 
+{{/*
+The CDI spec file the device plugin's pods write (cdi.specDir, the kind
+with "/" and "." as "-"); the driver pods remove it at npu-hooks
+uninstall.
+*/}}
+{{- define "npu-stack.cdiSpecFile" -}}
+{{- printf "%s/%s.yaml" .Values.cdi.specDir (.Values.cdi.kind | replace "/" "-" | replace "." "-") }}
+{{- end }}
+
 {{/* Driver image of one profile: (dict "profile" $p "ctx" $). */}}
 {{- define "npu-stack.driverImage" -}}
 {{- include "npu-stack.image" (dict "image" .ctx.Values.driver.image "ctx" .ctx "tag" (include "npu-stack.driverTag" .)) }}
