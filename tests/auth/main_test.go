@@ -47,6 +47,7 @@ type stack struct {
 	keys                   contract.Keys
 	fullname               string
 	hooks                  string // manifests of the release's hooks
+	vals                   map[string]any
 }
 
 // sa is the name of component's service account.
@@ -95,6 +96,7 @@ func install(t *testing.T, base string, extra map[string]any) *stack {
 		hooks = append(hooks, h.Manifest)
 	}
 	s.hooks = strings.Join(hooks, "\n---\n")
+	s.vals = vals
 	t.Cleanup(func() {
 		if err := env.Helm(releaseNS).Uninstall(s.release); err != nil {
 			t.Logf("uninstall: %v", err)

@@ -3,6 +3,7 @@ package auth_test
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -90,6 +91,20 @@ var allowlist = map[string][]string{
 	// Lists the NPU nodes and the pods on them (kubectl's drain library,
 	// which asks for the DaemonSet of each DaemonSet pod).
 	"preflight": {"list nodes", "list pods", "get daemonsets.apps"},
+	// npu-hooks uninstall (the pre-delete hook of uninstall.cleanup):
+	// deletes the resume CronJob, the rollout and preflight Jobs and
+	// their pods (watched until gone); the rollout's Lease (read, watched
+	// for a holder still renewing it, deleted) and the reboot slots
+	// (listed, deleted); marks and deletes the DaemonSets (listed), their
+	// pods watched until gone; lists and patches every node (get to
+	// decide again after a conflict); lists the HostFilesRemoved Events.
+	"uninstall": {
+		"get nodes", "list nodes", "patch nodes", "list events",
+		"list cronjobs.batch", "delete cronjobs.batch", "list jobs.batch", "delete jobs.batch",
+		"list pods", "watch pods", "delete pods",
+		"list daemonsets.apps", "patch daemonsets.apps", "delete daemonsets.apps",
+		"get leases.coordination.k8s.io", "list leases.coordination.k8s.io", "watch leases.coordination.k8s.io", "delete leases.coordination.k8s.io",
+	},
 }
 
 // kubeSystemAllowlist is what a component holds in kube-system beyond its
@@ -110,6 +125,7 @@ func TestEveryServiceAccountHoldsExactlyItsAllowlist(t *testing.T) {
 	ctx := ctxTimeout(t, 4*time.Minute)
 	s := install(t, "rbac", nil)
 	createHookRBAC(ctx, t, s)
+	createUninstallHookRBAC(ctx, t, s)
 
 	sas, err := env.Client.CoreV1().ServiceAccounts(s.ns).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/instance=" + s.release})
 	if err != nil {
@@ -240,6 +256,30 @@ func minus(a, b []string) []string {
 		}
 	}
 	return out
+}
+
+// createUninstallHookRBAC creates the RBAC of the pre-delete hook of
+// uninstall.cleanup, rendered with the release's values plus that one:
+// installed with it, the test's helm uninstall would run the hook, whose
+// Job no node here runs.
+func createUninstallHookRBAC(ctx context.Context, t *testing.T, s *stack) {
+	t.Helper()
+	vals := maps.Clone(s.vals)
+	vals["uninstall"] = map[string]any{"cleanup": true}
+	rel, err := env.Helm(s.releaseNS).Render(ctx, s.release, vals)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var docs []string
+	for _, h := range rel.Hooks {
+		if strings.Contains(h.Manifest, "app.kubernetes.io/component: uninstall") {
+			docs = append(docs, h.Manifest)
+		}
+	}
+	if len(docs) == 0 {
+		t.Fatal("uninstall.cleanup renders no hook")
+	}
+	createHookRBAC(ctx, t, &stack{hooks: strings.Join(docs, "\n---\n")})
 }
 
 // createHookRBAC creates the RBAC objects of the release's hooks (the

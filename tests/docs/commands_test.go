@@ -100,6 +100,7 @@ var notRunHere = []struct{ prefix, why string }{
 	{"tar -xzf npu-hooks_", "unpacks a release tarball; tests/release unpacks the one make release writes and runs its npu-hooks --version"},
 	{"git ", "tags, pushes and checks out a release (docs/releasing.md), which only the maintainers do against the project's repository"},
 	{"./npu-hooks ", "the binary out of a release tarball (tests/release runs it); this test runs the same commands with the npu-hooks it built"},
+	{"npu-hooks uninstall ", "takes npu-stack off the cluster, which the later pages need; TestUninstallMidUpgrade runs installation.md's Uninstall section as written on a release of its own, caught mid-upgrade"},
 }
 
 // helmRuns says whether a documented helm command runs here (chart
