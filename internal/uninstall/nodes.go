@@ -49,7 +49,7 @@ func (u *run) cleanNode(ctx context.Context, n *corev1.Node) error {
 	}
 	if u.cfg.DryRun {
 		u.record(n.Name, plan)
-		u.printf("node %s: would %s", n.Name, describe(plan, "remove", "uncordon"))
+		u.printf("node %s: %s", n.Name, describe(plan, "would remove", "would uncordon"))
 		return nil
 	}
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {

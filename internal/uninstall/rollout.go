@@ -141,10 +141,11 @@ func (u *run) renewedWithin(ctx context.Context, rv string, d time.Duration) (bo
 	}
 }
 
-// podsLW lists and watches the release's pods matching selector.
+// podsLW lists and watches the release's pods matching selector (as a
+// watch-list stream where the client supports one).
 func (u *run) podsLW(selector string) cache.ListerWatcher {
 	pods := u.cfg.Client.CoreV1().Pods(u.cfg.Namespace)
-	return &cache.ListWatch{
+	return cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			o.LabelSelector = selector
 			return pods.List(ctx, o)
@@ -153,7 +154,7 @@ func (u *run) podsLW(selector string) cache.ListerWatcher {
 			o.LabelSelector = selector
 			return pods.Watch(ctx, o)
 		},
-	}
+	}, u.cfg.Client)
 }
 
 func ignoreNotFound(err error, what string) error {
