@@ -15,7 +15,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/utils/ptr"
 
 	"github.com/openfuyao/npu-stack/internal/contract"
 	"github.com/openfuyao/npu-stack/internal/kube"
@@ -26,10 +25,6 @@ import (
 const driverPodLabel = "app"
 
 const driverPodValue = "npu-driver-daemonset"
-
-// foreground keeps a DaemonSet, marked deleted, until its pods are gone:
-// its driver pods read the request on it while they stop.
-var foreground = metav1.DeleteOptions{PropagationPolicy: ptr.To(metav1.DeletePropagationForeground)}
 
 // HostFilesMessage is the driver pod's HostFilesRemoved Event message
 // for request; the command finds its Events by it.
@@ -48,7 +43,7 @@ func (u *run) stopAgents(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("list the DaemonSets of release %s in %s: %w", u.cfg.Release, ns, err)
 	}
-	agents := u.selector(selection.NotIn, append([]string{ComponentUninstall}, hookComponents...)...)
+	agents := u.selector(selection.NotIn, append([]string{ComponentUninstall}, hookComponents()...)...)
 	pods, err := u.cfg.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: agents})
 	if err != nil {
 		return fmt.Errorf("list the node agents' pods of release %s in %s: %w", u.cfg.Release, ns, err)
@@ -76,27 +71,14 @@ func (u *run) stopAgents(ctx context.Context) error {
 	if u.cfg.DryRun {
 		return nil
 	}
-	notReady, err := u.notReadyNodes(ctx)
+	notReady, err := u.waitPods(ctx, "the node agents' pods", agents, pods.Items)
 	if err != nil {
 		return err
 	}
 	expect := map[string]bool{}
 	for _, p := range pods.Items {
-		switch {
-		case p.Spec.NodeName != "" && notReady[p.Spec.NodeName]:
-			u.printf("node agents: pod %s/%s is on node %s, which is not Ready: it cannot stop there, so it is not waited for and that node keeps npu-stack's host files", ns, p.Name, p.Spec.NodeName)
-		case p.Labels[driverPodLabel] == driverPodValue && !u.report.NoAgents && p.Spec.NodeName != "":
+		if p.Labels[driverPodLabel] == driverPodValue && !u.report.NoAgents && p.Spec.NodeName != "" && !notReady[p.Spec.NodeName] {
 			expect[p.Spec.NodeName] = true
-		}
-	}
-	if len(pods.Items) > 0 {
-		u.printf("waiting for the node agents' pods to stop (%d pods; a driver pod lets a running driver install finish first)", len(pods.Items))
-		onReadyNode := func(o runtime.Object) bool {
-			p, ok := o.(*corev1.Pod)
-			return ok && !notReady[p.Spec.NodeName]
-		}
-		if err := waitGone(ctx, "pods of the node agents", u.podsLW(agents), &corev1.Pod{}, onReadyNode); err != nil {
-			return err
 		}
 	}
 	if len(expect) > 0 {
@@ -127,8 +109,38 @@ func (u *run) stopDaemonSet(ctx context.Context, ds appsv1.DaemonSet, request st
 		return nil
 	}
 	return u.act(ctx, "delete", "deleted", u.ref("DaemonSet", ds.Name), func(ctx context.Context) error {
-		return ignoreNotFound(dsClient.Delete(ctx, ds.Name, foreground), "delete DaemonSet "+ns+"/"+ds.Name)
+		return ignoreNotFound(dsClient.Delete(ctx, ds.Name, propagation(metav1.DeletePropagationForeground)), "delete DaemonSet "+ns+"/"+ds.Name)
 	})
+}
+
+// waitPods waits until the pods selector selects (pods, as listed;
+// what names them) are gone, except those on a node that is not Ready:
+// no kubelet stops them there, so they are named with the fix instead.
+// It returns those nodes.
+func (u *run) waitPods(ctx context.Context, what, selector string, pods []corev1.Pod) (map[string]bool, error) {
+	if len(pods) == 0 {
+		return nil, nil
+	}
+	notReady, err := u.notReadyNodes(ctx)
+	if err != nil {
+		return nil, err
+	}
+	note := ""
+	for _, p := range pods {
+		if p.Labels[driverPodLabel] == driverPodValue {
+			note = "; a driver pod installing a driver finishes that first"
+		}
+		if notReady[p.Spec.NodeName] {
+			u.printf("pod %s/%s is on node %s, which is not Ready: it cannot stop there, so it is not waited for (what it wrote on that host stays); once the node is known to be down: kubectl delete pod -n %s %s --force --grace-period=0",
+				u.cfg.Namespace, p.Name, p.Spec.NodeName, u.cfg.Namespace, p.Name)
+		}
+	}
+	u.printf("waiting for %s to stop (%d pods%s)", what, len(pods), note)
+	onReadyNode := func(o runtime.Object) bool {
+		p, ok := o.(*corev1.Pod)
+		return ok && !notReady[p.Spec.NodeName]
+	}
+	return notReady, waitGone(ctx, what, u.podsLW(selector), &corev1.Pod{}, onReadyNode)
 }
 
 func (u *run) notReadyNodes(ctx context.Context) (map[string]bool, error) {

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -21,10 +20,17 @@ import (
 // rollout (hook Job or job-mode Job), the resume CronJob's Jobs and the
 // preflight hook. Helm deletes no hook at uninstall, so those it kept
 // (before-hook-creation only) would stay for ever.
-var hookComponents = []string{componentPreflight, componentRollout, componentResume}
+func hookComponents() []string {
+	return []string{componentPreflight, componentRollout, componentResume}
+}
 
-// background deletes dependents (a Job's pods) after their owner.
-var background = metav1.DeleteOptions{PropagationPolicy: ptr.To(metav1.DeletePropagationBackground)}
+// propagation deletes with policy: background deletes dependents (a Job's
+// pods) after their owner; foreground keeps a DaemonSet, marked deleted,
+// until its pods are gone, so its driver pods read the request on it
+// while they stop.
+func propagation(policy metav1.DeletionPropagation) metav1.DeleteOptions {
+	return metav1.DeleteOptions{PropagationPolicy: ptr.To(policy)}
+}
 
 // stopRollout deletes the resume CronJob first (it would start a new
 // rollout), then every rollout and preflight Job and their pods, waits
@@ -39,19 +45,19 @@ func (u *run) stopRollout(ctx context.Context) error {
 	}
 	for _, c := range crons.Items {
 		if err := u.act(ctx, "delete", "deleted", u.ref("CronJob", c.Name), func(ctx context.Context) error {
-			return ignoreNotFound(batch.CronJobs(ns).Delete(ctx, c.Name, background), "delete CronJob "+ns+"/"+c.Name)
+			return ignoreNotFound(batch.CronJobs(ns).Delete(ctx, c.Name, propagation(metav1.DeletePropagationBackground)), "delete CronJob "+ns+"/"+c.Name)
 		}); err != nil {
 			return err
 		}
 	}
-	hooks := u.selector(selection.In, hookComponents...)
+	hooks := u.selector(selection.In, hookComponents()...)
 	jobs, err := batch.Jobs(ns).List(ctx, metav1.ListOptions{LabelSelector: hooks})
 	if err != nil {
 		return fmt.Errorf("list the rollout and preflight Jobs of release %s in %s: %w", u.cfg.Release, ns, err)
 	}
 	for _, j := range jobs.Items {
 		if err := u.act(ctx, "delete", "deleted", u.ref("Job", j.Name), func(ctx context.Context) error {
-			return ignoreNotFound(batch.Jobs(ns).Delete(ctx, j.Name, background), "delete Job "+ns+"/"+j.Name)
+			return ignoreNotFound(batch.Jobs(ns).Delete(ctx, j.Name, propagation(metav1.DeletePropagationBackground)), "delete Job "+ns+"/"+j.Name)
 		}); err != nil {
 			return err
 		}
@@ -72,9 +78,8 @@ func (u *run) stopRollout(ctx context.Context) error {
 			return err
 		}
 	}
-	if !u.cfg.DryRun && len(pods.Items) > 0 {
-		u.printf("waiting for the rollout's pods to stop")
-		if err := waitGone(ctx, "pods of the rollout", u.podsLW(hooks), &corev1.Pod{}, nil); err != nil {
+	if !u.cfg.DryRun {
+		if _, err := u.waitPods(ctx, "the rollout's and preflight's pods", hooks, pods.Items); err != nil {
 			return err
 		}
 	}
