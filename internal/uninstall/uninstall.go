@@ -164,7 +164,7 @@ func (u *run) summary() {
 	var host string
 	switch {
 	case r.NoAgents:
-		host = "npu-stack's host files stay (the node agents were gone before this run)"
+		host = "no node agent left to remove npu-stack's host files (gone before this run)"
 	case len(r.HostFilesLeft) > 0:
 		host = fmt.Sprintf("host files removed on %d nodes, not confirmed on %s", len(r.HostFilesRemoved), strings.Join(r.HostFilesLeft, ", "))
 	default:
