@@ -73,7 +73,7 @@ type session struct {
 func connect(ctx context.Context, p *Plugin, socket string) (*session, error) {
 	local := p.HostPath(socket)
 	if _, err := os.Stat(local); err != nil {
-		return nil, fmt.Errorf("node %s: NRI socket %s: %w; the container runtime offers no NRI: enable it (containerd: [plugins.\"io.containerd.nri.v1.nri\"] disable = false, the default from 2.0) or set cdi.inject=false and mount the driver by hostPath (docs/installation.md)", p.Node, socket, errors.Unwrap(err))
+		return nil, fmt.Errorf("node %s: NRI socket %s: %w; the container runtime offers no NRI: enable it (containerd: [plugins.\"io.containerd.nri.v1.nri\"] disable = false, the default from 2.0) or set cdi.inject=false and mount the driver by hostPath (docs/workloads.md)", p.Node, socket, errors.Unwrap(err))
 	}
 	s := &session{closed: make(chan struct{}), synced: make(chan struct{}, 1)}
 	r := &registered{Plugin: p, synced: func() {

@@ -50,7 +50,7 @@ func (u *run) stopAgents(ctx context.Context) error {
 	}
 	if len(dss.Items) == 0 {
 		u.report.NoAgents = true
-		u.printf("node agents: the DaemonSets of release %s are gone, so no driver pod is left to remove npu-stack's files from the hosts: unless the pre-delete hook (uninstall.cleanup) removed them, they stay (docs/installation.md, Uninstall, lists them)", u.cfg.Release)
+		u.printf("node agents: the DaemonSets of release %s are gone, so no driver pod is left to remove npu-stack's files from the hosts: unless the pre-delete hook (uninstall.cleanup) removed them, they stay (docs/uninstall.md, step 3, lists them)", u.cfg.Release)
 		if len(pods.Items) == 0 {
 			return nil
 		}

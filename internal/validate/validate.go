@@ -78,7 +78,7 @@ func (c Checker) checkInjector() error {
 		return fmt.Errorf("%s: %w", c.node(), err)
 	}
 	if !ok {
-		return fmt.Errorf("%s: the NRI injector is not registered with the container runtime (no live record in %s): see the log of this node's npu-stack nri-injector pod; without NRI in the runtime set cdi.inject=false and mount the driver by hostPath (docs/installation.md)", c.node(), c.MarkerDir)
+		return fmt.Errorf("%s: the NRI injector is not registered with the container runtime (no live record in %s): see the log of this node's npu-stack nri-injector pod; without NRI in the runtime set cdi.inject=false and mount the driver by hostPath (docs/workloads.md)", c.node(), c.MarkerDir)
 	}
 	return nil
 }

@@ -46,7 +46,7 @@ exec 3<> <(:); while read -r -t 3600 -u 3 || [ $? -gt 128 ]; do :; done; echo "s
 var oneChip = regexp.MustCompile(`^devices: (/dev/davinci[0-9]+ /dev/davinci_manager|/dev/davinci_manager /dev/davinci[0-9]+)\ndriver: (\S+)$`)
 
 // startWorkloads creates the workload on each real node, in image (the
-// stand-in device plugin's, which has bash), as docs/installation.md's
+// stand-in device plugin's, which has bash), as docs/workloads.md's
 // "Run a workload" writes it: only resources.limits, no volume and no env,
 // in a namespace enforcing Pod Security "baseline"; it waits for each pod
 // to run with its chip and driver version.
@@ -63,7 +63,7 @@ func (s *Story) startWorkloads(ctx context.Context, image, version string) error
 	for _, node := range s.Fleet.Real {
 		c := *doc.Spec.Containers[0].DeepCopy()
 		if len(c.Env)+len(c.VolumeMounts)+len(doc.Spec.Volumes) > 0 {
-			return fmt.Errorf("docs/installation.md's workload has env, mounts or volumes: it must only request the chip")
+			return fmt.Errorf("docs/workloads.md's workload has env, mounts or volumes: it must only request the chip")
 		}
 		c.Image, c.Command = image, []string{"/bin/bash", "-c", workloadScript}
 		c.Resources = corev1.ResourceRequirements{Limits: corev1.ResourceList{corev1.ResourceName(node.Chips.ResourceName()): resource.MustParse("1")}}

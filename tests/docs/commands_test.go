@@ -100,7 +100,7 @@ var notRunHere = []struct{ prefix, why string }{
 	{"tar -xzf npu-hooks_", "unpacks a release tarball; tests/release unpacks the one make release writes and runs its npu-hooks --version"},
 	{"git ", "tags, pushes and checks out a release (docs/releasing.md), which only the maintainers do against the project's repository"},
 	{"./npu-hooks ", "the binary out of a release tarball (tests/release runs it); this test runs the same commands with the npu-hooks it built"},
-	{"npu-hooks uninstall ", "takes npu-stack off the cluster, which the later pages need; TestUninstallMidUpgrade runs installation.md's Uninstall section as written on a release of its own, caught mid-upgrade"},
+	{"npu-hooks uninstall ", "takes npu-stack off the cluster, which the later pages need; TestUninstallMidUpgrade runs uninstall.md's steps as written on a release of its own, caught mid-upgrade"},
 }
 
 // helmRuns says whether a documented helm command runs here (chart
@@ -182,7 +182,7 @@ func TestCommandExtraction(t *testing.T) {
 	if ran < 40 {
 		t.Errorf("only %d runnable commands found in docs/*.md", ran)
 	}
-	for _, f := range []string{"driver-upgrade.md", "self-healing.md", "observability.md", "troubleshooting.md", "installation.md", "README.md"} {
+	for _, f := range []string{"driver-upgrade.md", "self-healing.md", "observability.md", "troubleshooting.md", "installation.md", "install.md", "first-upgrade.md", "recover-a-node.md", "workloads.md", "README.md"} {
 		if perFile[f] == 0 {
 			t.Errorf("no runnable command in docs/%s", f)
 		}

@@ -152,11 +152,11 @@ var (
 	releaseLine  = regexp.MustCompile(`^make release .*REGISTRY=(\S+)`)
 )
 
-// TestAirGappedInstallCopiesEveryImage: the README's air-gapped install
+// TestAirGappedInstallCopiesEveryImage: the air-gapped install page
 // copies (skopeo) or builds (make release) every image the helm command
 // after it pulls, so preflight finds each profile's driver image.
 func TestAirGappedInstallCopiesEveryImage(t *testing.T) {
-	sec := section(t, readRepo(t, "README.md"), "README.md", "Air-gapped install")
+	sec := section(t, readRepo(t, "docs/air-gapped-install.md"), "docs/air-gapped-install.md", "Steps")
 	lines := shLines(sec)
 	copied, built := map[string]bool{}, ""
 	for _, l := range lines {
@@ -179,7 +179,7 @@ func TestAirGappedInstallCopiesEveryImage(t *testing.T) {
 		}
 		m := registryFlag.FindStringSubmatch(l)
 		if m == nil {
-			t.Fatalf("README.md air-gapped install sets no imageRegistry: %s", l)
+			t.Fatalf("docs/air-gapped-install.md sets no imageRegistry: %s", l)
 		}
 		vals["imageRegistry"] = m[1]
 		for _, img := range podImages(renderClient(t, "npu-stack", vals)) {
@@ -187,12 +187,12 @@ func TestAirGappedInstallCopiesEveryImage(t *testing.T) {
 				continue
 			}
 			if !copied[img] {
-				t.Errorf("README.md air-gapped install pulls %s, which no skopeo copy of the section copies (and make release does not build): %s", img, l)
+				t.Errorf("docs/air-gapped-install.md pulls %s, which no skopeo copy of the section copies (and make release does not build): %s", img, l)
 			}
 		}
 	}
 	if installs == 0 {
-		t.Fatal("README.md's air-gapped install has no helm install")
+		t.Fatal("docs/air-gapped-install.md has no helm install")
 	}
 }
 
@@ -411,7 +411,9 @@ func TestFailedRebootRetries(t *testing.T) {
 		t.Fatal("internal/reboot/agent.go has no minBackoff in seconds; revisit this test")
 	}
 	var first int
-	fmt.Sscan(m[1], &first)
+	if _, err := fmt.Sscan(m[1], &first); err != nil {
+		t.Fatal(err)
+	}
 	var waits []string
 	for i := 0; i < reboot.DefaultRebootAttempts-1; i++ {
 		waits = append(waits, fmt.Sprintf("%d s", first<<i))
@@ -447,12 +449,12 @@ func TestPlanAndStatusAdoptTheRolloutsPolicy(t *testing.T) {
 		t.Fatal("status and plan no longer read the chart's rollout Job; revisit this test")
 	}
 	wrong := regexp.MustCompile(`(?is)read the\s+policy from their flags|pass the same values\s+as the chart`)
-	up := readRepo(t, "docs/driver-upgrade.md")
+	up := readRepo(t, "docs/first-upgrade.md")
 	if m := wrong.FindString(up); m != "" {
-		t.Errorf("docs/driver-upgrade.md says %q; plan and status adopt the policy of the chart's rollout Job", m)
+		t.Errorf("docs/first-upgrade.md says %q; plan and status adopt the policy of the chart's rollout Job", m)
 	}
 	if !strings.Contains(up, "policy of the chart's rollout Job") {
-		t.Error("docs/driver-upgrade.md does not say that plan and status take the policy of the chart's rollout Job")
+		t.Error("docs/first-upgrade.md does not say that plan and status take the policy of the chart's rollout Job")
 	}
 }
 

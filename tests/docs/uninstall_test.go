@@ -25,9 +25,8 @@ import (
 // contractKeys are every label and annotation key npu-stack writes on a
 // Node: each method of contract.Keys that takes nothing and returns a
 // string, so a key added there is covered here without a list to update.
-func contractKeys(t *testing.T) []string {
+func contractKeys(t *testing.T, keys contract.Keys) []string {
 	t.Helper()
-	keys := contract.Keys{Domain: contract.DefaultDomain}
 	v, str := reflect.ValueOf(keys), reflect.TypeOf("")
 	var out []string
 	for i := 0; i < v.NumMethod(); i++ {
@@ -36,7 +35,7 @@ func contractKeys(t *testing.T) []string {
 			continue
 		}
 		k := m.Call(nil)[0].String()
-		if strings.HasPrefix(k, contract.DefaultDomain+"/") {
+		if strings.HasPrefix(k, keys.Domain+"/") {
 			out = append(out, k)
 		}
 	}
@@ -79,7 +78,7 @@ func sectionCommands(t *testing.T, file, heading string) []docCommand {
 	return out
 }
 
-// TestUninstallMidUpgrade runs installation.md's "Uninstall" section as
+// TestUninstallMidUpgrade runs uninstall.md's steps as
 // written (its namespace replaced by the test's) on a release caught in
 // the middle of a driver upgrade: a node cordoned by the rollout, one the
 // admin had cordoned before the upgrade, one cordoned by a recovery
@@ -122,18 +121,18 @@ func uninstallMidUpgrade(t *testing.T, cleanup bool, mode string) {
 	// Every key, on a node that is no NPU node of the release: removed
 	// too, wherever it is.
 	var patch []string
-	for _, k := range contractKeys(t) {
+	for _, k := range contractKeys(t, f.keys) {
 		patch = append(patch, fmt.Sprintf("%q:\"true\"", k))
 	}
 	body := "{" + strings.Join(patch, ",") + "}"
 	patchNode(ctx, t, f.cpu.Name(), `{"metadata":{"labels":`+body+`,"annotations":`+body+`}}`)
 
-	out := runUninstallSection(ctx, t, f.ns)
-	t.Logf("the Uninstall section's output:\n%s", out)
+	out := runUninstallSection(ctx, t, f.ns, f.keys.Domain)
+	t.Logf("uninstall.md's output:\n%s", out)
 
 	waitNothingLeft(ctx, t, f.ns)
 	for _, n := range all {
-		if keys := npuStackKeys(ctx, t, n); len(keys) > 0 {
+		if keys := npuStackKeys(ctx, t, f.keys.Domain, n); len(keys) > 0 {
 			t.Errorf("node %s still carries npu-stack's %v", n, keys)
 		}
 	}
@@ -192,10 +191,12 @@ func nodeEvents(ctx context.Context, t *testing.T, node string, reason contract.
 	return out
 }
 
-// runUninstallSection runs the section's commands in order with bash,
+// runUninstallSection runs the section's commands in order with bash
+// (npu-hooks uninstall given the release's --label-domain, as the page
+// says for another domain),
 // the way TestDocCommandsRun runs the other pages, and returns their
 // output.
-func runUninstallSection(ctx context.Context, t *testing.T, ns string) string {
+func runUninstallSection(ctx context.Context, t *testing.T, ns, domain string) string {
 	t.Helper()
 	helm, err := testbed.Engine("helm3/helm")
 	if err != nil {
@@ -208,8 +209,12 @@ func runUninstallSection(ctx context.Context, t *testing.T, ns string) string {
 	)
 	var all strings.Builder
 	ran := map[string]bool{}
-	for _, c := range sectionCommands(t, "installation.md", "Uninstall") {
+	for _, c := range sectionCommands(t, "uninstall.md", "Steps") {
 		cmdline := strings.ReplaceAll(c.text, "npu-operator", ns)
+		if strings.HasPrefix(cmdline, "npu-hooks uninstall ") {
+			// The page's flag for a release of another labelDomain.
+			cmdline += " --label-domain " + domain
+		}
 		cmd := exec.CommandContext(ctx, "bash", "-o", "pipefail", "-c", cmdline)
 		cmd.Env = environ
 		out, err := cmd.CombinedOutput()
@@ -222,7 +227,7 @@ func runUninstallSection(ctx context.Context, t *testing.T, ns string) string {
 		}
 	}
 	if !ran["helm uninstall "] || !ran["npu-hooks uninstall "] {
-		t.Fatalf("installation.md's Uninstall section must run helm uninstall and npu-hooks uninstall; ran %v", ran)
+		t.Fatalf("uninstall.md's steps must run helm uninstall and npu-hooks uninstall; ran %v", ran)
 	}
 	return all.String()
 }

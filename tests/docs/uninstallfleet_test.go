@@ -32,8 +32,6 @@ const (
 	uninstallNew = "2.0.0"
 )
 
-var ukeys = contract.Keys{Domain: contract.DefaultDomain}
-
 // hostFiles are npu-stack's files on a node (chart defaults), which the
 // docs say the driver pods remove with uninstall.cleanup and which stay
 // without it.
@@ -45,6 +43,10 @@ var hostFiles = []string{"/var/run/cdi/huawei-com-npu.yaml", "/run/npu-stack", "
 // CPU node for the hook pods (the NPU nodes are all cordoned by then).
 type uninstallFleet struct {
 	ns string
+	// keys are under a labelDomain of this release's own, so neither the
+	// uninstall nor the tour's release of the same package (default
+	// domain, its agents still running) touches the other's keys.
+	keys contract.Keys
 	// rollout: cordoned by the rollout (reboot-required, waiting for its
 	// approval); admin: cordoned by the admin before the upgrade, in
 	// reboot-required too; recovery: cordoned by a recovery reboot (a chip
@@ -94,12 +96,12 @@ func midUpgrade(ctx context.Context, t *testing.T, cleanup bool, mode string) *u
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := &uninstallFleet{ns: ns, rollout: npu[0], admin: npu[1], recovery: npu[2], cpu: cpu[0]}
+	f := &uninstallFleet{ns: ns, keys: contract.Keys{Domain: ns + ".npu.example.com"}, rollout: npu[0], admin: npu[1], recovery: npu[2], cpu: cpu[0]}
 	patchNode(ctx, t, f.admin.Name(), `{"spec":{"unschedulable":true}}`)
-	patchNode(ctx, t, f.recovery.Name(), fmt.Sprintf(`{"metadata":{"labels":{%q:"true"}}}`, ukeys.UpgradeSkip()))
+	patchNode(ctx, t, f.recovery.Name(), fmt.Sprintf(`{"metadata":{"labels":{%q:"true"}}}`, f.keys.UpgradeSkip()))
 
 	vals := map[string]any{
-		"namespace": ns, "fullnameOverride": ns,
+		"namespace": ns, "fullnameOverride": ns, "labelDomain": f.keys.Domain,
 		// null drops the chart's default openfuyao.com/npu.present=true.
 		"npuNodeSelector": map[string]any{uninstallFleetLabel: ns, contract.LabelNPUPresent: nil},
 		"driver": map[string]any{"version": uninstallOld, "upgradePolicy": map[string]any{
@@ -113,7 +115,7 @@ func midUpgrade(ctx context.Context, t *testing.T, cleanup bool, mode string) *u
 		t.Fatal(err)
 	}
 	waitFleet(ctx, t, f, "driver "+uninstallOld+" loaded and ready", func(n *corev1.Node) string {
-		if n.Labels[ukeys.DriverVersion()] != uninstallOld || n.Labels[ukeys.DriverReady()] != contract.True {
+		if n.Labels[f.keys.DriverVersion()] != uninstallOld || n.Labels[f.keys.DriverReady()] != contract.True {
 			return "driver not ready"
 		}
 		return ""
@@ -132,24 +134,24 @@ func midUpgrade(ctx context.Context, t *testing.T, cleanup bool, mode string) *u
 	vals["hooks"] = map[string]any{"mode": mode}
 	upgrade(ctx, t, h, vals, mode)
 	waitFleet(ctx, t, f, "the recovery asked for", func(n *corev1.Node) string {
-		if n.Name == f.recovery.Name() && n.Annotations[ukeys.RebootReason()] != string(contract.ReasonRecovery) {
+		if n.Name == f.recovery.Name() && n.Annotations[f.keys.RebootReason()] != string(contract.ReasonRecovery) {
 			return "no recovery request yet"
 		}
 		return ""
 	})
-	patchNode(ctx, t, f.recovery.Name(), fmt.Sprintf(`{"metadata":{"annotations":{%q:"true"}}}`, ukeys.ApproveReboot()))
+	patchNode(ctx, t, f.recovery.Name(), fmt.Sprintf(`{"metadata":{"annotations":{%q:"true"}}}`, f.keys.ApproveReboot()))
 	waitFleet(ctx, t, f, "mid-upgrade", func(n *corev1.Node) string {
 		switch n.Name {
 		case f.rollout.Name(), f.admin.Name():
 			// Drained, the new driver installed over the loaded one,
 			// waiting for the approval of its reboot.
-			if st := n.Labels[ukeys.UpgradeState()]; st != string(contract.StateRebootRequired) || n.Annotations[ukeys.InstalledDriver()] != uninstallNew {
-				return fmt.Sprintf("state %q installed %q", st, n.Annotations[ukeys.InstalledDriver()])
+			if st := n.Labels[f.keys.UpgradeState()]; st != string(contract.StateRebootRequired) || n.Annotations[f.keys.InstalledDriver()] != uninstallNew {
+				return fmt.Sprintf("state %q installed %q", st, n.Annotations[f.keys.InstalledDriver()])
 			}
 		case f.recovery.Name():
 			st, err := f.recovery.Host().State()
-			if err != nil || st.Reboots == 0 || n.Annotations[ukeys.RecoveryCordoned()] != contract.True || n.Annotations[ukeys.RebootFromBootID()] != "" {
-				return fmt.Sprintf("reboots %d recovery-cordoned %q (%v)", st.Reboots, n.Annotations[ukeys.RecoveryCordoned()], err)
+			if err != nil || st.Reboots == 0 || n.Annotations[f.keys.RecoveryCordoned()] != contract.True || n.Annotations[f.keys.RebootFromBootID()] != "" {
+				return fmt.Sprintf("reboots %d recovery-cordoned %q (%v)", st.Reboots, n.Annotations[f.keys.RecoveryCordoned()], err)
 			}
 		}
 		if !n.Spec.Unschedulable {
@@ -157,8 +159,8 @@ func midUpgrade(ctx context.Context, t *testing.T, cleanup bool, mode string) *u
 		}
 		return ""
 	})
-	if w := getNodeDoc(ctx, t, f.admin.Name()).Annotations[ukeys.UpgradeWasCordoned()]; w != contract.True {
-		t.Fatalf("the rollout recorded %s=%q on %s, which the admin cordoned before the upgrade", ukeys.UpgradeWasCordoned(), w, f.admin.Name())
+	if w := getNodeDoc(ctx, t, f.admin.Name()).Annotations[f.keys.UpgradeWasCordoned()]; w != contract.True {
+		t.Fatalf("the rollout recorded %s=%q on %s, which the admin cordoned before the upgrade", f.keys.UpgradeWasCordoned(), w, f.admin.Name())
 	}
 	return f
 }
@@ -244,14 +246,14 @@ func cordoned(ctx context.Context, t *testing.T, names []string) []string {
 	return out
 }
 
-// npuStackKeys are the keys under the label domain on node name.
-func npuStackKeys(ctx context.Context, t *testing.T, name string) []string {
+// npuStackKeys are the keys under domain on node name.
+func npuStackKeys(ctx context.Context, t *testing.T, domain, name string) []string {
 	t.Helper()
 	n := getNodeDoc(ctx, t, name)
 	var out []string
 	for what, m := range map[string]map[string]string{"label": n.Labels, "annotation": n.Annotations} {
 		for k := range m {
-			if strings.HasPrefix(k, contract.DefaultDomain+"/") {
+			if strings.HasPrefix(k, domain+"/") {
 				out = append(out, what+" "+k)
 			}
 		}

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -353,24 +352,11 @@ func checkExporter(ctx context.Context, t *testing.T, ns string, node *realnode.
 // (bash and a C library).
 func checkWorkload(ctx context.Context, t *testing.T, ns string, node *realnode.Node, image string) {
 	t.Helper()
-	root, err := testbed.RepoRoot()
+	doc, err := testbed.DocumentedWorkload()
 	if err != nil {
 		t.Fatal(err)
 	}
-	doc, err := os.ReadFile(filepath.Join(root, "docs", "installation.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, section, ok := strings.Cut(string(doc), "## How workloads get the driver libraries")
-	_, block, ok2 := strings.Cut(section, "```yaml\n")
-	block, _, ok3 := strings.Cut(block, "```")
-	if !ok || !ok2 || !ok3 {
-		t.Fatal(`docs/installation.md: no yaml block under "How workloads get the driver libraries"`)
-	}
-	var pod corev1.Pod
-	if err := yaml.NewYAMLOrJSONDecoder(strings.NewReader(block), 4096).Decode(&pod); err != nil {
-		t.Fatalf("docs/installation.md workload: %v", err)
-	}
+	pod := *doc
 	pod.Namespace, pod.Name, pod.Labels = ns, "workload", map[string]string{"app": "workload"}
 	pod.Spec.NodeName, pod.Spec.RestartPolicy = node.Name(), corev1.RestartPolicyNever
 	pod.Spec.TerminationGracePeriodSeconds = ptr.To[int64](1)
