@@ -83,7 +83,7 @@ func (a *Agent) reboot(ctx context.Context, node *corev1.Node, act Action) (time
 			return 0, fmt.Errorf("get node %s before recording its reboot: %w", node.Name, err)
 		}
 		now := a.cfg.Clock.Now()
-		f, err := a.facts(fresh)
+		f, err := a.facts(ctx, fresh)
 		if err != nil {
 			return 0, err
 		}

@@ -96,7 +96,11 @@ type Agent struct {
 
 	nodes  cache.Store
 	leases cache.Store
-	fleet  cache.Store // nil without AutoRecover
+	fleet  cache.Store // nil without AutoRecover: the NPU nodes asking for a reboot
+	// size and sizedAt: the last count of the NPU nodes (fleetSize); the
+	// one worker goroutine reads and writes them.
+	size    int
+	sizedAt time.Time
 
 	// Per-process memory; everything else is read from the node.
 	issuedAt     time.Time
@@ -207,29 +211,10 @@ func (a *Agent) Run(ctx context.Context) error {
 	watches.Go(func() { leaseInf.RunWithContext(ctx) })
 
 	if a.cfg.Policy.AutoRecover {
-		// Metadata only: labels and annotations are all the storm
-		// protection reads, and a fleet of full Node objects per agent
-		// would cost every node memory for nothing.
-		fleetInf := a.fleetInformer()
-		if err := fleetInf.SetTransform(a.slimFleetNode); err != nil {
-			return fmt.Errorf("rebooter on node %s: watch NPU nodes: %w", a.cfg.NodeName, err)
+		fleetInf, err := a.watchFleet()
+		if err != nil {
+			return err
 		}
-		// Another node's status updates change nothing the storm
-		// protection counts: only a change of the slim metadata wakes
-		// the agent, not every heartbeat of every NPU node.
-		fleetChange := cache.ResourceEventHandlerFuncs{
-			AddFunc: enqueue.AddFunc,
-			UpdateFunc: func(old, cur any) {
-				if !sameFleetNode(old, cur) {
-					a.queue.Add(queueKey)
-				}
-			},
-			DeleteFunc: enqueue.DeleteFunc,
-		}
-		if _, err := fleetInf.AddEventHandler(fleetChange); err != nil {
-			return fmt.Errorf("rebooter on node %s: watch NPU nodes: %w", a.cfg.NodeName, err)
-		}
-		a.fleet = fleetInf.GetStore()
 		synced = append(synced, fleetInf.HasSynced)
 		watches.Go(func() { fleetInf.RunWithContext(ctx) })
 	}
@@ -299,7 +284,7 @@ func (a *Agent) sync(ctx context.Context) (time.Duration, error) {
 		return 0, fmt.Errorf("node %s is not in the watch cache: was it deleted, or does --node-name not match the Node's name?", a.cfg.NodeName)
 	}
 	node := obj.(*corev1.Node)
-	f, err := a.facts(node)
+	f, err := a.facts(ctx, node)
 	if err != nil {
 		return 0, err
 	}

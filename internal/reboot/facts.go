@@ -17,7 +17,7 @@ import (
 	"github.com/openfuyao/npu-stack/internal/contract"
 )
 
-func (a *Agent) facts(node *corev1.Node) (Facts, error) {
+func (a *Agent) facts(ctx context.Context, node *corev1.Node) (Facts, error) {
 	bootID, err := a.cfg.Host.BootID()
 	if err != nil {
 		return Facts{}, fmt.Errorf("read boot ID of node %s: %w", node.Name, err)
@@ -27,19 +27,27 @@ func (a *Agent) facts(node *corev1.Node) (Facts, error) {
 		return Facts{}, fmt.Errorf("read uptime of node %s: %w", node.Name, err)
 	}
 	f := Facts{Node: node, BootID: bootID, Uptime: uptime, SlotHeld: a.slots.Held(a.cachedLeases()), IssuedAt: a.issuedAt, RetryAt: a.retryAt}
-	if a.fleet != nil {
-		for _, o := range a.fleet.List() {
-			m, ok := o.(*metav1.PartialObjectMetadata)
-			if !ok {
-				continue
-			}
-			f.Fleet.NPUNodes++
-			if m.Labels[a.keys.RebootRequired()] == contract.True && m.Annotations[a.keys.RebootReason()] == string(contract.ReasonRecovery) {
-				f.Fleet.Wedged++
-			}
+	if a.fleet == nil {
+		return f, nil
+	}
+	for _, o := range a.fleet.List() {
+		if m, ok := o.(*metav1.PartialObjectMetadata); ok && isRecoveryRequest(m.Labels, m.Annotations, a.keys) {
+			f.Fleet.Wedged++
+		}
+	}
+	// Only the storm protection of this node's own recovery reads the
+	// fleet's size.
+	if isRecoveryRequest(node.Labels, node.Annotations, a.keys) {
+		if f.Fleet.NPUNodes, err = a.fleetSize(ctx); err != nil {
+			return Facts{}, err
 		}
 	}
 	return f, nil
+}
+
+// isRecoveryRequest: reboot-required=true for reason recovery.
+func isRecoveryRequest(labels, annotations map[string]string, k contract.Keys) bool {
+	return labels[k.RebootRequired()] == contract.True && annotations[k.RebootReason()] == string(contract.ReasonRecovery)
 }
 
 func (a *Agent) observe(node *corev1.Node, f Facts, now time.Time) {

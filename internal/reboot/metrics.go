@@ -14,6 +14,9 @@ type Metrics struct {
 	pending    *prometheus.GaugeVec
 	slotHeld   prometheus.Gauge
 	budgetLeft prometheus.Gauge
+	// fleetEvents counts what the storm protection's watch delivers: the
+	// cost each agent puts on the API server per change in the fleet.
+	fleetEvents prometheus.Counter
 }
 
 // NewMetrics creates the metrics of node.
@@ -33,8 +36,12 @@ func NewMetrics(node string) *Metrics {
 		budgetLeft: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "npu_rebooter_reboot_budget_left", Help: "Reboots this node may still take before the loop guard refuses.", ConstLabels: labels,
 		}),
+		fleetEvents: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "npu_rebooter_fleet_watch_events_total", ConstLabels: labels,
+			Help: "Watch events about the NPU nodes asking for a reboot that this node's storm protection received (recoveryPolicy.autoRecover); none while the fleet is idle.",
+		}),
 	}
-	m.Registry.MustRegister(m.reboots, m.pending, m.slotHeld, m.budgetLeft)
+	m.Registry.MustRegister(m.reboots, m.pending, m.slotHeld, m.budgetLeft, m.fleetEvents)
 	// Both reasons exist from the start, so rate() sees the first reboot.
 	for _, r := range []contract.RebootReason{contract.ReasonUpgrade, contract.ReasonRecovery} {
 		m.reboots.WithLabelValues(string(r))

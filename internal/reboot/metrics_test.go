@@ -13,7 +13,11 @@ func TestMetrics(t *testing.T) {
 	m := NewMetrics("npu-0")
 	m.observe(true, contract.ReasonRecovery, true, 2)
 	m.completed(contract.ReasonRecovery)
+	m.fleetEvents.Inc()
 	want := `
+# HELP npu_rebooter_fleet_watch_events_total Watch events about the NPU nodes asking for a reboot that this node's storm protection received (recoveryPolicy.autoRecover); none while the fleet is idle.
+# TYPE npu_rebooter_fleet_watch_events_total counter
+npu_rebooter_fleet_watch_events_total{node="npu-0"} 1
 # HELP npu_rebooter_reboot_pending 1 while a reboot of this node is pending, by reason.
 # TYPE npu_rebooter_reboot_pending gauge
 npu_rebooter_reboot_pending{node="npu-0",reason="recovery"} 1
