@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -106,10 +108,21 @@ func (nn nodeNet) deleteVeth() error {
 		return nil
 	}
 	out, err := exec.Command("ip", "link", "del", nn.vethName).CombinedOutput()
-	if err != nil && !strings.Contains(string(out), "Cannot find device") {
+	if err != nil && linkExists(nn.vethName) {
 		return fmt.Errorf("ip link del %s: %w: %s", nn.vethName, err, strings.TrimSpace(string(out)))
 	}
+	// Gone already: the kernel removes a veth pair with the namespace
+	// of either end, so a node whose namespace went first has none left
+	// ("Cannot find device", or "RTNETLINK answers: No such device" when
+	// it went between the lookup and the delete).
 	return nil
+}
+
+// linkExists says whether the host has a network interface name; on a
+// failure to tell, it assumes so, so that an error is not hidden.
+func linkExists(name string) bool {
+	_, err := os.Lstat(filepath.Join("/sys/class/net", name))
+	return !errors.Is(err, fs.ErrNotExist)
 }
 
 // forwarder accepts TCP connections on a socket of the node's network
