@@ -10,6 +10,9 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	// The zone database in the binary: maintenance windows name IANA
+	// zones, and the static images have no /usr/share/zoneinfo.
+	_ "time/tzdata"
 
 	"github.com/openfuyao/npu-stack/internal/cli"
 	"github.com/openfuyao/npu-stack/internal/hookcli"

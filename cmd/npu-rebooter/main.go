@@ -7,6 +7,9 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	// The zone database in the binary: maintenance windows name IANA
+	// zones, and the static images have no /usr/share/zoneinfo.
+	_ "time/tzdata"
 
 	"github.com/openfuyao/npu-stack/internal/rebootercli"
 )

@@ -4,11 +4,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"text/tabwriter"
+	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/openfuyao/npu-stack/internal/cli"
 	"github.com/openfuyao/npu-stack/internal/rollout"
+	"github.com/openfuyao/npu-stack/internal/window"
 )
 
 // NewPlan is `npu-hooks plan`. Policy and selector flags default to what
@@ -31,7 +33,8 @@ func NewPlan(g *cli.GlobalOptions) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			entries := rollout.Plan(s, pol)
+			now := time.Now()
+			entries := rollout.Plan(s, pol, now)
 			w := cmd.OutOrStdout()
 			if format == outputJSON {
 				enc := json.NewEncoder(w)
@@ -55,6 +58,9 @@ func NewPlan(g *cli.GlobalOptions) *cobra.Command {
 			}
 			if warn := rollout.NoCanaryWarning(s, pol); warn != "" {
 				_, _ = fmt.Fprintf(w, "warning: %s\n", warn)
+			}
+			if st, ok := window.At(pol.Windows, now); ok {
+				_, _ = fmt.Fprintf(w, "maintenance window: %s\n", st.Describe(now))
 			}
 			return nil
 		},

@@ -14,6 +14,7 @@ import (
 	"github.com/openfuyao/npu-stack/internal/contract"
 	"github.com/openfuyao/npu-stack/internal/kube"
 	"github.com/openfuyao/npu-stack/internal/rollout"
+	"github.com/openfuyao/npu-stack/internal/window"
 )
 
 // clusterFlags locate the NPU nodes and the driver DaemonSets.
@@ -85,6 +86,8 @@ type policyFlags struct {
 	drainSelector                         string
 	drainTimeout, rebootTimeout, deadline time.Duration
 	reroll                                []string
+	windows                               []string
+	settle                                time.Duration
 }
 
 func (f *policyFlags) add(fs *pflag.FlagSet) {
@@ -107,6 +110,10 @@ func (f *policyFlags) add(fs *pflag.FlagSet) {
 	fs.DurationVar(&f.rebootTimeout, "reboot-timeout", 30*time.Minute, "a node not back and valid this long after its reboot started fails")
 	fs.DurationVar(&f.deadline, "deadline", time.Hour, "give up (exit 2, progress kept on the nodes) after this long; 0 = never")
 	fs.StringArrayVar(&f.reroll, "reroll", nil, "DaemonSet re-rolled on a node after its driver changed: namespace/name or namespace/selector:<selector> (repeatable)")
+	fs.StringArrayVar(&f.windows, "maintenance-window", nil,
+		`maintenance window in which nodes are admitted (cordoned), "<days> <start>-<end> <IANA time zone> [finish|wait]", such as "sat,sun 22:00-04:00 Europe/Berlin wait": `+
+			`days mon..sun, times HH:MM[:SS] (an end at or before the start is on the next day), finish or wait says whether a node in flight reboots after the close or waits for the next opening (repeatable; none: any time)`)
+	fs.DurationVar(&f.settle, "settle", 0, "pause between one node's return from its upgrade and the next node's start; 0 = none")
 }
 
 func (f *policyFlags) parse() (rollout.Policy, []rollout.TargetSpec, error) {
@@ -123,13 +130,17 @@ func (f *policyFlags) parse() (rollout.Policy, []rollout.TargetSpec, error) {
 		return p, nil, fmt.Errorf("--max-parallel-upgrades %d: must be 0 (unlimited) or more", f.maxParallel)
 	case f.maxFailures < 0:
 		return p, nil, fmt.Errorf("--max-failures %d: must be 0 (no limit) or more", f.maxFailures)
-	case f.rebootTimeout < 0, f.waitTimeout < 0, f.podDelTimeout < 0, f.drainTimeout < 0, f.deadline < 0:
-		return p, nil, fmt.Errorf("timeouts and --deadline must not be negative")
+	case f.rebootTimeout < 0, f.waitTimeout < 0, f.podDelTimeout < 0, f.drainTimeout < 0, f.deadline < 0, f.settle < 0:
+		return p, nil, fmt.Errorf("timeouts, --settle and --deadline must not be negative")
 	}
+	var err error
+	if p.Windows, err = window.ParseAll(f.windows); err != nil {
+		return p, nil, fmt.Errorf("--maintenance-window (driver.upgradePolicy.maintenanceWindows): %w", err)
+	}
+	p.Settle = f.settle
 	if _, err := rollout.ResolveMaxUnavailable(p.MaxUnavailable, 100); err != nil {
 		return p, nil, fmt.Errorf("--max-unavailable: %w", err)
 	}
-	var err error
 	if p.Canary, err = parseSelector("--canary-selector", f.canary); err != nil {
 		return p, nil, err
 	}

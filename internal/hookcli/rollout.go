@@ -52,9 +52,15 @@ behind: the rollout finishes without them, names them with the reason in
 its summary and an UpgradeLeftBehind event, and --nodes-left-behind says
 whether that fails it. A node in flight is always seen through.
 
+Outside its maintenance windows (--maintenance-window) it starts no node
+and, when the window that closed last says wait, holds the upgrade
+reboots not yet started; it waits for the next opening if that comes
+before --deadline, else it ends "waiting for window" (exit 0) and the
+resume CronJob carries on.
+
 Exit codes: 0 every node it can move is up to date (or the rollout is
-paused), and the nodes left behind do not fail it under
---nodes-left-behind; 2 the deadline passed, the failure budget is spent,
+paused, or waits for its maintenance window), and the nodes left behind
+do not fail it under --nodes-left-behind; 2 the deadline passed, the failure budget is spent,
 nodes failed, or nodes left behind fail it (a summary names them and the
 fix); 1 any other error (safe to retry).`,
 		Args: cobra.NoArgs,
@@ -181,6 +187,12 @@ func runRollout(ctx context.Context, f *rolloutFlags, log *logrus.Logger, out io
 		return nil
 	case rollout.Paused:
 		_, _ = fmt.Fprintf(out, "rollout paused (driver.upgradePolicy.paused): %s\n", final.Progress)
+		return nil
+	case rollout.WaitingForWindow:
+		// Not a failure: the resume CronJob (or the next upgrade) carries
+		// on once the window opens.
+		_, _ = fmt.Fprintf(out, "rollout waiting for window: %s; %s; the resume CronJob (hooks.resume.schedule) carries on once it opens\n",
+			final.Window.Line(), final.Progress)
 		return nil
 	}
 	return cli.Terminalf("rollout cannot finish: %s", summary(snap, final))

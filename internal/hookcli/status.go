@@ -206,6 +206,11 @@ func printStatus(w io.Writer, st rollout.Status, format outputFormat, namespace 
 			return fmt.Errorf("write status: %w", err)
 		}
 	}
+	if st.Window != nil {
+		if _, err := fmt.Fprintln(w, st.Window.Line()); err != nil {
+			return fmt.Errorf("write status: %w", err)
+		}
+	}
 	return nil
 }
 

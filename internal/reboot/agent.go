@@ -112,6 +112,9 @@ type Agent struct {
 	pendingSince time.Time
 	lastCause    Cause
 	lastSlotMsg  string
+	// drainedFor is the pending reboot (pendingKey) whose NPU pods were
+	// evicted while it waits for its maintenance window.
+	drainedFor string
 }
 
 // New validates cfg and builds an Agent.
@@ -325,6 +328,11 @@ func (a *Agent) do(ctx context.Context, node *corev1.Node, act Action, now time.
 		return 0, nil
 	case Wait:
 		a.report(node, act)
+		if act.Drain {
+			if err := a.drainWhileWaiting(ctx, node); err != nil {
+				return 0, err
+			}
+		}
 		if act.Until.IsZero() {
 			return 0, nil
 		}

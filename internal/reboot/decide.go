@@ -25,6 +25,7 @@ import (
 
 	"github.com/openfuyao/npu-stack/internal/budget"
 	"github.com/openfuyao/npu-stack/internal/contract"
+	"github.com/openfuyao/npu-stack/internal/window"
 )
 
 // Policy is the rebooter's configuration, from its flags.
@@ -44,6 +45,12 @@ type Policy struct {
 	// IssueTimeout is how long the machine may take to go down after the
 	// reboot command returned before the command counts as failed.
 	IssueTimeout time.Duration
+	// RecoveryWindows are the maintenance windows of automatic recovery
+	// reboots, judged on this node's clock (none: any time). Outside them
+	// a wedged node is cordoned and its NPU pods evicted, and the reboot
+	// waits for the opening. An approval is not bound by them; upgrade
+	// reboots are the rollout's to hold (contract.RebootHold).
+	RecoveryWindows window.Schedule
 }
 
 // Fleet is what the storm protection needs to know about the NPU nodes.
@@ -119,6 +126,9 @@ const (
 	// its driver pod has not yet installed the upgrade's target version,
 	// so the reboot would load the old driver again.
 	CauseDriverInstall Cause = "driver-install"
+	// CauseWindow: an automatic recovery reboot waits for its maintenance
+	// window, or the rollout holds an upgrade reboot for its own.
+	CauseWindow Cause = "maintenance-window"
 )
 
 // Action is Decide's answer.
@@ -134,7 +144,7 @@ type Action struct {
 	Reason  contract.RebootReason
 	// For Reboot.
 	Record          bool // write the bookkeeping (false: already recorded)
-	Drain           bool // evict NPU pods first (recovery)
+	Drain           bool // evict NPU pods first (recovery; for Wait: evict, then wait)
 	ConsumeApproval bool // remove the approval in the same patch
 	// For Cordon: record that an admin had cordoned the node before.
 	// For Uncordon: leave the node cordoned (an admin cordoned it, or the
@@ -230,6 +240,14 @@ func Decide(f Facts, p Policy, now time.Time) Action {
 		}
 		return wait(Action{Cause: CauseApproval, Event: contract.EventRebootPending,
 			Why: fmt.Sprintf("reboot (reason=%s) waits for approval: %s", reasonText(reason), approveCommand(n.Name, k))})
+	}
+	if why := upgradeHeld(n, k, reason, approved); why != "" {
+		return wait(Action{Cause: CauseWindow, Event: contract.EventRebootPending, Why: why})
+	}
+	if reason == contract.ReasonRecovery && auto && !approved {
+		if open, next := window.Open(p.RecoveryWindows, now); !open {
+			return recoveryWindowClosed(f, p, now, next)
+		}
 	}
 	if why := installPending(n, k); why != "" {
 		return wait(Action{Cause: CauseDriverInstall, Event: contract.EventRebootPending, Why: fmt.Sprintf("reboot (reason=%s) %s", reasonText(reason), why)})

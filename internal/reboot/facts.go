@@ -73,7 +73,7 @@ func (a *Agent) report(node *corev1.Node, act Action) {
 }
 
 func (a *Agent) resetPending() {
-	a.lastCause, a.lastSlotMsg, a.pendingKey = CauseNone, "", ""
+	a.lastCause, a.lastSlotMsg, a.pendingKey, a.drainedFor = CauseNone, "", "", ""
 	a.issuedAt, a.retryAt, a.failures = time.Time{}, time.Time{}, 0
 }
 

@@ -19,6 +19,7 @@ import (
 	"github.com/openfuyao/npu-stack/internal/host/agenthost"
 	"github.com/openfuyao/npu-stack/internal/kube"
 	"github.com/openfuyao/npu-stack/internal/reboot"
+	"github.com/openfuyao/npu-stack/internal/window"
 )
 
 // Name is the program's name in its usage and errors.
@@ -52,6 +53,7 @@ type runFlags struct {
 	fallbackMethod       string
 	issueTimeout, resync time.Duration
 	recoveryDrainTimeout time.Duration
+	recoveryWindows      []string
 }
 
 func newRun(opts *cli.GlobalOptions) *cobra.Command {
@@ -87,6 +89,10 @@ func newRun(opts *cli.GlobalOptions) *cobra.Command {
 			if f.rebootAttempts < 1 {
 				return fmt.Errorf("--reboot-attempts %d: must be at least 1 (rebooter.rebootAttempts)", f.rebootAttempts)
 			}
+			recoveryWindows, err := window.ParseAll(f.recoveryWindows)
+			if err != nil {
+				return fmt.Errorf("--recovery-window (recoveryPolicy.maintenanceWindows): %w", err)
+			}
 			var fallback host.RebootMethod
 			if f.fallbackMethod != "none" {
 				if fallback, err = host.ParseRebootMethod(f.fallbackMethod); err != nil {
@@ -113,13 +119,14 @@ func newRun(opts *cli.GlobalOptions) *cobra.Command {
 				NodeName:  f.nodeName,
 				Namespace: f.namespace,
 				Policy: reboot.Policy{
-					Keys:           keys,
-					AutoUpgrade:    f.autoUpgrade,
-					AutoRecover:    f.autoRecover,
-					MaxWedgedNodes: maxWedged,
-					UptimeGuard:    f.uptimeGuard,
-					Budget:         budget.Budget{Max: f.maxReboots, Window: f.budgetWindow},
-					IssueTimeout:   f.issueTimeout,
+					Keys:            keys,
+					AutoUpgrade:     f.autoUpgrade,
+					AutoRecover:     f.autoRecover,
+					MaxWedgedNodes:  maxWedged,
+					UptimeGuard:     f.uptimeGuard,
+					Budget:          budget.Budget{Max: f.maxReboots, Window: f.budgetWindow},
+					IssueTimeout:    f.issueTimeout,
+					RecoveryWindows: recoveryWindows,
 				},
 				Method:               method,
 				FallbackMethod:       fallback,
@@ -166,6 +173,8 @@ func newRun(opts *cli.GlobalOptions) *cobra.Command {
 	fs.DurationVar(&f.issueTimeout, "reboot-command-timeout", 5*time.Minute, "after the reboot command returns, how long the machine may stay up before the attempt counts as failed")
 	fs.DurationVar(&f.recoveryDrainTimeout, "recovery-drain-timeout", reboot.DefaultRecoveryDrainTimeout, "before a recovery reboot, wait at most this long for the wedged node's NPU pods to terminate, then reboot anyway, naming the pods left terminating in a RecoveryDrainTimedOut event (never longer than half of --slot-ttl)")
 	fs.DurationVar(&f.resync, "resync", 5*time.Minute, "re-evaluate the node this often even without a change")
+	fs.StringArrayVar(&f.recoveryWindows, "recovery-window", nil,
+		`maintenance window of automatic recovery reboots (--auto-recover), judged on this node's clock: "<days> <start>-<end> <IANA time zone>", such as "sat,sun 22:00-04:00 Europe/Berlin"; outside every window a wedged node is cordoned and its NPU pods evicted, and the reboot waits (an approval does not). Repeatable; none: any time`)
 	_ = cmd.MarkFlagRequired("node-name")
 	_ = cmd.MarkFlagRequired("namespace")
 	return cmd

@@ -77,6 +77,8 @@ const (
 type builder struct {
 	k   contract.Keys
 	now time.Time
+	// win is the upgrade windows at now (zero: none, always open).
+	win windowView
 }
 
 func (b builder) transition(n NodeView, to contract.UpgradeState, msg string) Action {
@@ -104,7 +106,7 @@ func (b builder) transition(n NodeView, to contract.UpgradeState, msg string) Ac
 func (b builder) bookkeeping() []string {
 	return []string{
 		b.k.UpgradeSince(), b.k.UpgradeBootID(), b.k.UpgradeWasCordoned(), b.k.UpgradeTarget(),
-		b.k.UpgradeFailureReason(), b.k.UpgradeFailureStep(), b.k.UpgradeRerolled(),
+		b.k.UpgradeFailureReason(), b.k.UpgradeFailureStep(), b.k.UpgradeRerolled(), b.k.RebootHold(),
 	}
 }
 
@@ -116,6 +118,9 @@ func (b builder) fail(n NodeView, step, reason string) Action {
 	a := b.transition(n, contract.StateFailed, "upgrade failed at "+step+": "+reason)
 	a.Change.Annotations[b.k.UpgradeFailureStep()] = kube.Set(step)
 	a.Change.Annotations[b.k.UpgradeFailureReason()] = kube.Set(reason)
+	if n.RebootHold != "" {
+		a.Change.Annotations[b.k.RebootHold()] = nil
+	}
 	if contract.FailedBeforeReboot(step) && n.WasCordoned != nil && n.State != contract.StateCordonRequired {
 		giveBack(b, n, &a)
 	}

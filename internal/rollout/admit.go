@@ -66,17 +66,39 @@ func (g canaryGate) holds(k contract.Keys) (why string, left bool) {
 	return "", false
 }
 
+// admitBudget is what admission counts against.
+type admitBudget struct {
+	inFlight, unavailable, budget, failed int
+}
+
+// admitted is what admit did.
+type admitted struct {
+	admitted int
+	// windowWaiting are the queued nodes waiting for the window; settling
+	// is true when the settling delay held one back.
+	windowWaiting []string
+	settling      bool
+}
+
 // admit moves queued nodes to cordon-required within the budgets, canaries
 // first, then by name. Queued nodes that cannot move for a reason of their
-// own, or held by canaries none of which can pass, go to left.
-func admit(b builder, cands []*NodeView, p Policy, d *Decision, inFlight, unavailable, budget, failed int, g canaryGate, left leftSet) int {
+// own, or held by canaries none of which can pass, go to left. Outside
+// the maintenance window only approved nodes are admitted; the nodes the
+// budgets would admit but for the window get a MaintenanceWindowClosed
+// event (d.Announce), the others just wait. settle, when not "", is why
+// the settling delay holds admissions back.
+func admit(b builder, cands []*NodeView, p Policy, d *Decision, bud admitBudget, g canaryGate, left leftSet, settle string) admitted {
 	sort.Slice(cands, func(i, j int) bool {
 		if cands[i].Canary != cands[j].Canary {
 			return cands[i].Canary
 		}
 		return cands[i].Name < cands[j].Name
 	})
-	admitted := 0
+	var out admitted
+	inFlight, unavailable := bud.inFlight, bud.unavailable
+	// The budgets as they will be at the opening, with the nodes next in
+	// line for it counted in: how many nodes the event goes to.
+	nextInFlight, nextUnavailable := inFlight, unavailable
 	for _, c := range cands {
 		n := *c
 		var why string
@@ -86,11 +108,19 @@ func admit(b builder, cands []*NodeView, p Policy, d *Decision, inFlight, unavai
 		if !n.Canary {
 			held, heldLeft = g.holds(b.k)
 		}
+		fits := ""
+		switch {
+		case p.MaxParallel > 0 && inFlight >= p.MaxParallel:
+			fits = fmt.Sprintf("maxParallelUpgrades %d reached", p.MaxParallel)
+		case adds && unavailable+1 > bud.budget:
+			fits = fmt.Sprintf("maxUnavailable reached (%d of %d nodes unavailable)", unavailable, bud.budget)
+		}
+		nextFits := (p.MaxParallel == 0 || nextInFlight < p.MaxParallel) && (!adds || nextUnavailable+1 <= bud.budget)
 		switch {
 		case p.Paused:
 			why = "rollout paused"
-		case p.MaxFailures > 0 && failed >= p.MaxFailures:
-			why = fmt.Sprintf("failure budget spent (%d failed, maxFailures %d)", failed, p.MaxFailures)
+		case p.MaxFailures > 0 && bud.failed >= p.MaxFailures:
+			why = fmt.Sprintf("failure budget spent (%d failed, maxFailures %d)", bud.failed, p.MaxFailures)
 		case own != "":
 			why = own
 			left[n.Name] = own
@@ -99,10 +129,24 @@ func admit(b builder, cands []*NodeView, p Policy, d *Decision, inFlight, unavai
 			if heldLeft {
 				left[n.Name] = held
 			}
-		case p.MaxParallel > 0 && inFlight >= p.MaxParallel:
-			why = fmt.Sprintf("maxParallelUpgrades %d reached", p.MaxParallel)
-		case adds && unavailable+1 > budget:
-			why = fmt.Sprintf("maxUnavailable reached (%d of %d nodes unavailable)", unavailable, budget)
+		case b.win.closed && !n.Approved:
+			why = b.win.admissionNote(b, n)
+			out.windowWaiting = append(out.windowWaiting, n.Name)
+			if nextFits {
+				// Next in line for the opening: told, and counted in,
+				// so that the event goes to as many nodes as will start
+				// then, not to the whole queue.
+				d.Announce = append(d.Announce, b.win.admissionEvent(b, n))
+				nextInFlight++
+				if adds {
+					nextUnavailable++
+				}
+			}
+		case settle != "":
+			why = settle
+			out.settling = true
+		default:
+			why = fits
 		}
 		if why != "" {
 			d.Waiting[n.Name] = why
@@ -110,12 +154,14 @@ func admit(b builder, cands []*NodeView, p Policy, d *Decision, inFlight, unavai
 		}
 		d.Actions = append(d.Actions, admission(b, n))
 		inFlight++
-		admitted++
+		nextInFlight++
+		out.admitted++
 		if adds {
 			unavailable++
+			nextUnavailable++
 		}
 	}
-	return admitted
+	return out
 }
 
 // admission is the transition that starts n's upgrade.

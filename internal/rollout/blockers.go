@@ -17,6 +17,8 @@ var blockerReasons = map[contract.EventReason]bool{
 	contract.EventRecoveryPaused:  true,
 	contract.EventEvictionBlocked: true,
 	contract.EventApprovalInvalid: true,
+	// The rebooter keeping an automatic recovery for its window.
+	contract.EventMaintenanceWindowClosed: true,
 	// The driver pod: an install over the loaded driver that waits for a
 	// holder of the chips, or failed and waits for its retry.
 	contract.EventDriverInstallBlocked: true,

@@ -24,6 +24,9 @@ type Inputs struct {
 	Targets []ResolvedTarget
 	Missing []string
 	Busy    map[string]string
+	// Returned and ObservedSince are the observer's (Snapshot).
+	Returned      Return
+	ObservedSince time.Time
 	// Seen are the observer's times per node (observe.go); nil for a
 	// one-off decision, which reads every timeout as just started.
 	Seen map[string]Seen
@@ -57,7 +60,7 @@ type viewer struct {
 type viewKeys struct {
 	state, skip, driverVersion, driverReady, rebootRequired        string
 	since, bootID, target, rebootReason, rebootStarted, approve    string
-	rebootFrom, installed, installStatus, injection                string
+	rebootFrom, installed, installStatus, injection, rebootHold    string
 	failureReason, failureStep, rerolled, wasCordoned, specVersion string
 }
 
@@ -68,7 +71,7 @@ func newViewKeys(k contract.Keys) viewKeys {
 		rebootReason: k.RebootReason(), rebootStarted: k.RebootStartedAt(), approve: k.ApproveReboot(),
 		failureReason: k.UpgradeFailureReason(), failureStep: k.UpgradeFailureStep(), rerolled: k.UpgradeRerolled(),
 		wasCordoned: k.UpgradeWasCordoned(), specVersion: k.DriverSpecVersion(), installed: k.InstalledDriver(), installStatus: k.InstallStatus(),
-		rebootFrom: k.RebootFromBootID(), injection: k.InjectionStatus(),
+		rebootFrom: k.RebootFromBootID(), injection: k.InjectionStatus(), rebootHold: k.RebootHold(),
 	}
 }
 
@@ -92,7 +95,8 @@ func newViewer(in Inputs, v View) *viewer {
 
 // snapshot views every node, sorted by name.
 func (w *viewer) snapshot() Snapshot {
-	s := Snapshot{Busy: w.in.Busy, Missing: w.in.Missing, NoDriver: len(w.in.Drivers) == 0, Nodes: make([]NodeView, 0, len(w.in.Nodes))}
+	s := Snapshot{Busy: w.in.Busy, Missing: w.in.Missing, NoDriver: len(w.in.Drivers) == 0, Nodes: make([]NodeView, 0, len(w.in.Nodes)),
+		Returned: w.in.Returned, ObservedSince: w.in.ObservedSince}
 	for _, t := range w.in.Targets {
 		s.Targets = append(s.Targets, t.Name)
 	}
@@ -135,6 +139,7 @@ func (w *viewer) view(node *corev1.Node) NodeView {
 		TargetPods:     map[string][]TargetPod{},
 	}
 	n.RebootFrom = a[k.rebootFrom]
+	n.RebootHold = a[k.rebootHold]
 	if seen, ok := w.in.Seen[node.Name]; ok {
 		if seen.State == raw && seen.Since == a[k.since] {
 			n.StateSeen = seen.StateAt

@@ -95,6 +95,9 @@ type Controller struct {
 	// passes counts Run's decisions: what a request count divides by to
 	// compare with a controller's requests per reconcile.
 	passes atomic.Int64
+	// announced is, per node, the window opening its last
+	// MaintenanceWindowClosed event named (Run's goroutine only).
+	announced map[string]time.Time
 }
 
 // Passes is how many decisions Run has made.
@@ -235,8 +238,10 @@ func (c *Controller) inputs() (Inputs, View, error) {
 	}
 	targets, missing := ResolveTargets(c.cfg.Targets, all)
 	seen := c.observed.observe(nodes, c.cfg.Keys, c.cfg.Clock.Now())
+	returned, since := c.observed.settled()
 	p := c.cfg.Policy
-	return Inputs{Nodes: nodes, Pods: pods, Drivers: drivers, Targets: targets, Missing: missing, Busy: busy, Seen: seen},
+	return Inputs{Nodes: nodes, Pods: pods, Drivers: drivers, Targets: targets, Missing: missing, Busy: busy, Seen: seen,
+			Returned: returned, ObservedSince: since},
 		View{Keys: c.cfg.Keys, Canary: p.Canary, WaitSelector: p.WaitForCompletion.Selector}, nil
 }
 
@@ -277,6 +282,7 @@ func (c *Controller) Run(ctx context.Context) (Decision, error) {
 	var quietUntil time.Time
 	timer := c.cfg.Clock.NewTimer(time.Hour)
 	defer timer.Stop()
+	c.observed.begin(c.cfg.Clock.Now())
 	c.poke()
 	for {
 		select {
@@ -308,8 +314,9 @@ func (c *Controller) Run(ctx context.Context) (Decision, error) {
 			lastCanary = w
 		}
 		c.enqueue(q, d.Actions)
+		c.announce(d.Announce)
 		quietUntil = c.cfg.Clock.Now().Add(decisionPause * c.cfg.Clock.Since(began))
-		if d.Outcome != Running && len(d.Actions) == 0 && c.idle() {
+		if d.Outcome != Running && len(d.Actions) == 0 && c.idle() && !waitsForWindow(ctx, d) {
 			return d, nil
 		}
 		if d.Requeue > 0 {
@@ -317,6 +324,40 @@ func (c *Controller) Run(ctx context.Context) (Decision, error) {
 			// keeps the wake-up from landing just before one expires.
 			timer.Reset(d.Requeue + 50*time.Millisecond)
 		}
+	}
+}
+
+// waitsForWindow is true when the rollout waits for a maintenance window
+// that opens before its deadline: it stays, and decides again at the
+// opening (Decision.Requeue). One that opens later ends the run
+// (WaitingForWindow); the resume CronJob carries on then.
+func waitsForWindow(ctx context.Context, d Decision) bool {
+	if d.Outcome != WaitingForWindow || d.Window == nil {
+		return false
+	}
+	deadline, ok := ctx.Deadline()
+	return !ok || d.Window.Next.Before(deadline)
+}
+
+// announce records a MaintenanceWindowClosed event on each node the
+// budgets would admit now but for the window, once per node and opening.
+func (c *Controller) announce(waits []WindowWait) {
+	if c.cfg.Recorder == nil {
+		return
+	}
+	if c.announced == nil {
+		c.announced = map[string]time.Time{}
+	}
+	for _, w := range waits {
+		if c.announced[w.Node].Equal(w.Until) {
+			continue
+		}
+		node, err := c.nodes.Get(w.Node)
+		if err != nil {
+			continue // gone from the cache: nothing to tell
+		}
+		c.announced[w.Node] = w.Until
+		c.cfg.Recorder.Node(node, false, contract.EventMaintenanceWindowClosed, "%s", w.Message)
 	}
 }
 

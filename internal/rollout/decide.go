@@ -21,6 +21,11 @@ const (
 	// Stuck: nothing in flight and nothing more can start (failure budget
 	// spent, failed canary, failed nodes left): an admin must act.
 	Stuck Outcome = "stuck"
+	// WaitingForWindow: the maintenance window is closed and everything
+	// left waits for it to open (queued nodes, reboots held); not a
+	// failure. The rollout waits if it opens before the run's deadline,
+	// else ends and the resume CronJob carries on.
+	WaitingForWindow Outcome = "waiting-for-window"
 )
 
 // Decision is what Decide returns.
@@ -38,6 +43,12 @@ type Decision struct {
 	// their own (see LeftBehind), sorted by name; Finished means every
 	// other node is done.
 	LeftBehind []LeftBehind
+	// Window is the upgrade windows and who waits for them; nil without
+	// windows.
+	Window *WindowStatus
+	// Announce are the MaintenanceWindowClosed events of nodes the
+	// budgets would admit now but for the window.
+	Announce []WindowWait
 }
 
 // Progress counts nodes for the progress line.
@@ -59,7 +70,7 @@ func (p Progress) String() string {
 // It is pure: the same snapshot gives the same decision, so a restarted
 // rollout continues exactly where the node labels say it was.
 func Decide(s Snapshot, p Policy, keys contract.Keys, now time.Time) Decision {
-	b := builder{k: keys, now: now}
+	b := builder{k: keys, now: now, win: viewWindows(p.Windows, now)}
 	d := Decision{Outcome: Running, Waiting: map[string]string{}}
 	if s.NoDriver {
 		return decideNoDriver(b, s)
@@ -72,7 +83,8 @@ func Decide(s Snapshot, p Policy, keys contract.Keys, now time.Time) Decision {
 	d.Progress.Total, d.Progress.Budget = len(s.Nodes), budget
 
 	var candidates []*NodeView
-	failed, inFlight, unavailable := 0, 0, 0
+	var windowWaiting []string
+	failed, inFlight, unavailable, held := 0, 0, 0, 0
 	gate, left := gateCanaries(s.Nodes, keys), leftSet{}
 	for _, n := range s.Nodes {
 		if n.Unavailable() {
@@ -117,6 +129,10 @@ func Decide(s Snapshot, p Policy, keys contract.Keys, now time.Time) Decision {
 				n.Name + " " + keys.UpgradeState() + "=" + string(contract.StateUpgradeRequired) + " --overwrite"
 		default:
 			acts, wait, requeue = decideInFlight(b, n, p, s, now)
+			if len(acts) == 0 && heldForWindow(b, n) {
+				held++
+				windowWaiting = append(windowWaiting, n.Name)
+			}
 		}
 		d.Actions = append(d.Actions, acts...)
 		if wait != "" {
@@ -125,13 +141,25 @@ func Decide(s Snapshot, p Policy, keys contract.Keys, now time.Time) Decision {
 		d.Requeue = minPositive(d.Requeue, requeue)
 	}
 
-	admitted := admit(b, candidates, p, &d, inFlight, unavailable, budget, failed, gate, left)
-	d.Progress.InFlight += admitted
-	d.Progress.Queued = len(candidates) - admitted
-
-	if len(d.Actions) == 0 && inFlight == 0 && len(s.Busy) == 0 {
-		d.Outcome = outcome(s, p, keys, candidates, failed, gate, left)
+	settle, settleLeft := settling(s, p, now, d.Progress.Done > 0 && len(candidates) > 0)
+	adm := admit(b, candidates, p, &d, admitBudget{inFlight, unavailable, budget, failed}, gate, left, settle)
+	d.Progress.InFlight += adm.admitted
+	d.Progress.Queued = len(candidates) - adm.admitted
+	windowWaiting = append(windowWaiting, adm.windowWaiting...)
+	if settle != "" && adm.settling {
+		d.Requeue = minPositive(d.Requeue, settleLeft)
 	}
+	d.Requeue = minPositive(d.Requeue, b.win.requeue())
+
+	// Nodes whose reboot waits for the window count as in flight, but
+	// nothing moves them before it opens.
+	if len(d.Actions) == 0 && inFlight == held && len(s.Busy) == 0 {
+		d.Outcome = outcome(s, p, keys, candidates, failed, gate, left)
+		if held > 0 || d.Outcome == Running && len(adm.windowWaiting) > 0 {
+			d.Outcome = WaitingForWindow
+		}
+	}
+	d.Window = b.win.status(windowWaiting)
 	if d.Outcome == Finished {
 		// Fleet-wide check: every re-roll target pod must have started
 		// after its node's driver became ready.
@@ -261,6 +289,9 @@ func rebooted(n NodeView) bool {
 func decideReboot(b builder, n NodeView, p Policy, now time.Time) ([]Action, string, time.Duration) {
 	if rebooted(n) {
 		a := b.transition(n, contract.StateValidationRequired, "node rebooted")
+		if n.RebootHold != "" {
+			a.Change.Annotations[b.k.RebootHold()] = nil
+		}
 		// The rebooter clears these after boot; clearing them here too
 		// keeps an unplanned reboot from being followed by a second one.
 		if n.RebootRequired && n.RebootReason != string(contract.ReasonRecovery) {
@@ -285,6 +316,12 @@ func decideReboot(b builder, n NodeView, p Policy, now time.Time) ([]Action, str
 	if !rebootStarted(n) {
 		if recoveryPending(n) {
 			return nil, recoveryServesNote(b, n), 0
+		}
+		if hold := b.win.holdsReboot(n); hold != (n.RebootHold != "") {
+			return []Action{setHold(b, n, hold)}, "", 0
+		}
+		if n.RebootHold != "" {
+			return nil, b.win.holdNote(b, n, p), 0
 		}
 		if !p.AutoUpgrade && !n.Approved {
 			if n.ApprovalValue != "" {
@@ -330,4 +367,11 @@ func minPositive(a, b time.Duration) time.Duration {
 		return b
 	}
 	return a
+}
+
+// heldForWindow is true for a node in flight whose only wait is its
+// upgrade reboot held for the maintenance window.
+func heldForWindow(b builder, n NodeView) bool {
+	return n.State == contract.StateRebootRequired && n.RebootHold != "" && b.win.holdsReboot(n) &&
+		!rebootStarted(n) && !rebooted(n) && !rebootDone(n)
 }

@@ -574,7 +574,7 @@ func TestStragglersReRolledAtTheEnd(t *testing.T) {
 func TestPlanOrdersCanariesAndWaves(t *testing.T) {
 	p := policy(func(p *Policy) { p.MaxParallel = 2; p.MaxUnavailable = intstr.FromString("100%") })
 	s := Snapshot{Nodes: []NodeView{nv("a"), nv("b", canary), nv("c"), nv("d"), nv("e", skip), nv("f", loaded("2.0")), nv("g", notReady)}}
-	got := Plan(s, p)
+	got := Plan(s, p, now)
 	var order []string
 	for _, e := range got {
 		order = append(order, fmt.Sprintf("%d/%d:%s", e.Order, e.Wave, e.Node))

@@ -238,7 +238,7 @@ func held(admin bool) func(*NodeView) {
 // TestPlanNamesNodesLeftBehind: plan says which nodes a run will leave
 // behind, and does not plan them.
 func TestPlanNamesNodesLeftBehind(t *testing.T) {
-	got := Plan(Snapshot{Nodes: []NodeView{nv("a"), nv("b", notReady), nv("c", recovering)}}, policy())
+	got := Plan(Snapshot{Nodes: []NodeView{nv("a"), nv("b", notReady), nv("c", recovering)}}, policy(), now)
 	notes := map[string]string{}
 	for _, e := range got {
 		notes[e.Node] = e.Note

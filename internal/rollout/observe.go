@@ -38,6 +38,26 @@ type Seen struct {
 type observer struct {
 	mu   sync.Mutex
 	seen map[string]Seen
+	// returned is the last node seen come back from its upgrade (from a
+	// state in progress to none); since is when Run began observing.
+	returned Return
+	since    time.Time
+}
+
+// begin marks the start of a rollout run (Snapshot.ObservedSince).
+func (o *observer) begin(now time.Time) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.since.IsZero() {
+		o.since = now
+	}
+}
+
+// settled is the last return seen and when observing began.
+func (o *observer) settled() (Return, time.Time) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.returned, o.since
 }
 
 // observe updates the observations from nodes at now (the observer's
@@ -50,6 +70,9 @@ func (o *observer) observe(nodes []*corev1.Node, k contract.Keys, now time.Time)
 	for _, n := range nodes {
 		prev := o.seen[n.Name]
 		cur := Seen{State: n.Labels[k.UpgradeState()], Since: n.Annotations[k.UpgradeSince()], RebootFrom: n.Annotations[k.RebootFromBootID()]}
+		if was, _ := contract.ParseUpgradeState(prev.State); was.InProgress() && cur.State == "" && !prev.StateAt.IsZero() {
+			o.returned = Return{Node: n.Name, At: now}
+		}
 		cur.StateAt, cur.RebootAt = now, now
 		if prev.State == cur.State && prev.Since == cur.Since && !prev.StateAt.IsZero() {
 			cur.StateAt = prev.StateAt

@@ -11,6 +11,8 @@ import (
 
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/openfuyao/npu-stack/internal/window"
 )
 
 // Policy is driver.upgradePolicy of the chart, parsed.
@@ -37,6 +39,14 @@ type Policy struct {
 	// RebootTimeout bounds both the reboot (counted from when the rebooter
 	// issued it, not from the wait for approval) and the validation after.
 	RebootTimeout time.Duration
+
+	// Windows are the maintenance windows in which nodes are admitted
+	// (cordoned) and, by their InFlight, rebooted; none: any time.
+	// Judged by the rollout alone, on its own clock (window.go).
+	Windows window.Schedule
+	// Settle is the pause between a node's return from its upgrade and
+	// the next admission; 0: none.
+	Settle time.Duration
 }
 
 // WaitPolicy: before evicting, wait for pods matching Selector on the node

@@ -30,6 +30,13 @@ func enterReboot(b builder, n NodeView) Action {
 	a.Change.Annotations[b.k.RebootReason()] = kube.Set(string(contract.ReasonUpgrade))
 	a.Events = append(a.Events, Event{Reason: contract.EventRebootRequired,
 		Message: fmt.Sprintf("reason=%s: driver %s loaded, %s desired; a reboot loads it", contract.ReasonUpgrade, n.Loaded, n.Desired)})
+	// Asked for all the same, so the driver pod installs the new version
+	// meanwhile; the hold keeps the rebooter from starting it.
+	if b.win.holdsReboot(n) {
+		a.Change.Annotations[b.k.RebootHold()] = kube.Set(contract.HoldMaintenanceWindow)
+		a.Message += "; held for the maintenance window"
+		a.Events = append(a.Events, b.win.holdEvent(b, n))
+	}
 	return a
 }
 
@@ -60,6 +67,12 @@ func requestGone(b builder, n NodeView) ([]Action, string) {
 		Message: "reboot request was removed before the reboot; asking again",
 		Change: kube.NodeChange{Labels: map[string]*string{b.k.RebootRequired(): kube.Set(contract.True)},
 			Annotations: map[string]*string{b.k.RebootReason(): kube.Set(string(contract.ReasonUpgrade))}}}
+	if hold := b.win.holdsReboot(n); hold != (n.RebootHold != "") {
+		a.Change.Annotations[b.k.RebootHold()] = nil
+		if hold {
+			a.Change.Annotations[b.k.RebootHold()] = kube.Set(contract.HoldMaintenanceWindow)
+		}
+	}
 	return []Action{a}, ""
 }
 

@@ -46,11 +46,14 @@ type Status struct {
 	Outcome  Outcome     `json:"outcome"`
 	// LeftBehind are the nodes the rollout cannot move (see LeftBehind).
 	LeftBehind []LeftBehind `json:"leftBehind,omitempty"`
+	// Window is the upgrade maintenance windows: open or closed, until
+	// when, and the nodes waiting for them; absent without windows.
+	Window *WindowStatus `json:"window,omitempty"`
 }
 
 // BuildStatus reports every NPU node of s with d's reasons for waiting.
 func BuildStatus(s Snapshot, d Decision, now time.Time) Status {
-	st := Status{Progress: d.Progress, Summary: d.Progress.String(), Outcome: d.Outcome, LeftBehind: d.LeftBehind}
+	st := Status{Progress: d.Progress, Summary: d.Progress.String(), Outcome: d.Outcome, LeftBehind: d.LeftBehind, Window: d.Window}
 	for _, n := range s.Nodes {
 		r := StatusRow{
 			Node: n.Name, State: n.RawState, Loaded: n.Loaded, Desired: n.Desired,
@@ -88,8 +91,10 @@ type PlanEntry struct {
 
 // Plan lists which nodes the rollout will take, in which order and waves
 // (nodes of one wave run together under maxParallelUpgrades and
-// maxUnavailable), and why the others are left out.
-func Plan(s Snapshot, p Policy) []PlanEntry {
+// maxUnavailable), and why the others are left out. At now, outside the
+// maintenance window, the queued nodes wait for its opening.
+func Plan(s Snapshot, p Policy, now time.Time) []PlanEntry {
+	win := viewWindows(p.Windows, now)
 	budget, _ := ResolveMaxUnavailable(p.MaxUnavailable, len(s.Nodes))
 	var todo, rest []PlanEntry
 	var todoNodes []NodeView
@@ -156,6 +161,8 @@ func Plan(s Snapshot, p Policy) []PlanEntry {
 		switch {
 		case p.Paused:
 			e.Note = "queued; rollout paused"
+		case win.closed && !n.Approved:
+			e.Note = "queued; waits for the maintenance window: " + win.describe()
 		case n.Canary:
 			e.Note = "canary"
 		case n.Unschedulable:

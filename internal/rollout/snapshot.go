@@ -20,6 +20,12 @@ type Snapshot struct {
 	// NoDriver is true when no driver DaemonSet is managed (driver
 	// disabled): there is nothing to roll.
 	NoDriver bool
+	// Returned is the last node this process saw come back from its
+	// upgrade (the settling delay counts from it); ObservedSince is when
+	// the running rollout started watching, zero for a one-off decision
+	// (status, plan).
+	Returned      Return
+	ObservedSince time.Time
 }
 
 // NodeView is one NPU node as the rollout sees it.
@@ -68,6 +74,9 @@ type NodeView struct {
 	// RebootFrom is reboot-from-boot-id: the boot the rebooter started
 	// rebooting, "" when no reboot is in flight.
 	RebootFrom string
+	// RebootHold is the rollout's hold on the upgrade reboot (a
+	// maintenance window), "" when none.
+	RebootHold string
 	// StateSeen and RebootSeen are when this process first saw the node
 	// in its current state and its current reboot started, on its own
 	// clock (zero: not observed, read as now). Timeouts count from these
