@@ -33,7 +33,9 @@ func variants() []variant {
 		{name: "servicemonitor-offline", vals: map[string]any{"exporter": map[string]any{"serviceMonitor": map[string]any{"renderWithoutAPI": true}}}},
 		{name: "servicemonitor-off", vals: map[string]any{"exporter": map[string]any{"serviceMonitor": map[string]any{"enabled": false}}}, opts: renderOpts{apiVersions: []string{serviceMonitorAPI}}},
 		{name: "job-mode", vals: map[string]any{"hooks": map[string]any{"mode": "job"}}},
-		{name: "auto", vals: map[string]any{"driver": map[string]any{"upgradePolicy": map[string]any{"autoUpgrade": true}}, "recoveryPolicy": map[string]any{"autoRecover": true}}},
+		{name: "auto", vals: map[string]any{"driver": map[string]any{"upgradePolicy": map[string]any{"autoUpgrade": true, "settleSeconds": 300, "maintenanceWindows": []any{
+			map[string]any{"days": []any{"sat", "sun"}, "start": "22:00", "end": "04:00", "timeZone": "Europe/Berlin", "inFlight": "wait"}}}},
+			"recoveryPolicy": map[string]any{"autoRecover": true, "maintenanceWindows": []any{map[string]any{"days": []any{"mon"}, "start": "00:00", "end": "24:00", "timeZone": "UTC"}}}}},
 		{name: "sysrq-pull-secrets-namespace", vals: map[string]any{"rebooter": map[string]any{"method": "sysrq"}, "imagePullSecrets": []any{"regcred"}, "createNamespace": true,
 			"driver": map[string]any{"upgradePolicy": map[string]any{"rerollTargets": []any{map[string]any{"namespace": "dra", "name": "npu-dra-plugin"}, map[string]any{"namespace": "dra", "selector": "app=x"}}}}}},
 		{name: "mixed-fleet", vals: mixedFleet},
