@@ -47,8 +47,8 @@ func recoveryWindowClosed(f Facts, p Policy, now, next time.Time) Action {
 	}
 	st, _ := window.At(p.RecoveryWindows, now)
 	return Action{Kind: Wait, Cause: CauseWindow, Until: next, Drain: true, Reason: contract.ReasonRecovery, Event: contract.EventMaintenanceWindowClosed,
-		Why: fmt.Sprintf("node %s: its recovery reboot (reason=recovery) waits for the maintenance window until %s (%s; recoveryPolicy.maintenanceWindows); the node stays cordoned with its NPU pods evicted meanwhile. To reboot now: %s",
-			n.Name, st.Until(), st.Describe(now), approveCommand(n.Name, k))}
+		Why: fmt.Sprintf("node %s: its recovery reboot (reason=recovery) waits for the maintenance window (recoveryPolicy.maintenanceWindows): %s; the node stays cordoned with its NPU pods evicted meanwhile. To reboot now: %s",
+			n.Name, st.Describe(now), approveCommand(n.Name, k))}
 }
 
 // drainWhileWaiting evicts the NPU pods of a node whose recovery reboot

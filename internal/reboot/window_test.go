@@ -40,7 +40,7 @@ func TestRecoveryWaitsForItsWindow(t *testing.T) {
 			want: Action{Kind: ReleaseSlot, Cause: CauseWindow}},
 		{name: "cordoned: drains and waits for the opening, saying until when", facts: *recoveryCordoned(), policy: closed,
 			want: Action{Kind: Wait, Cause: CauseWindow, Event: contract.EventMaintenanceWindowClosed, Drain: true},
-			why:  "node npu-0: its recovery reboot (reason=recovery) waits for the maintenance window until 2026-05-02T22:00:00+08:00"},
+			why:  "node npu-0: its recovery reboot (reason=recovery) waits for the maintenance window (recoveryPolicy.maintenanceWindows): closed until 2026-05-02T22:00:00+08:00 (in 26h0m0s"},
 		{name: "an approval reboots at once", facts: facts(pending("recovery", "approve-reboot", "true")), policy: closed,
 			want: Action{Kind: AcquireSlot}},
 		{name: "inside the window: as before", facts: facts(pending("recovery")), policy: recoveryWindows(t, "fri 19:00-21:00 Asia/Shanghai"),

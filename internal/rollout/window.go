@@ -76,8 +76,8 @@ func (w windowView) holdNote(b builder, n NodeView, p Policy) string {
 // holdEvent is the MaintenanceWindowClosed event of a held reboot.
 func (w windowView) holdEvent(b builder, n NodeView) Event {
 	return Event{Reason: contract.EventMaintenanceWindowClosed, Message: fmt.Sprintf(
-		"node %s: its upgrade reboot waits for the maintenance window until %s (%s; inFlight: wait), the node cordoned and drained; to reboot it now: kubectl annotate node %s %s=true",
-		n.Name, w.state.Until(), w.describe(), n.Name, b.k.ApproveReboot())}
+		"node %s: its upgrade reboot waits for the maintenance window (inFlight: wait), the node cordoned and drained: %s; to reboot it now: kubectl annotate node %s %s=true",
+		n.Name, w.describe(), n.Name, b.k.ApproveReboot())}
 }
 
 // setHold puts the hold on n's reboot request (hold) or lifts it.
@@ -115,8 +115,8 @@ type WindowWait struct {
 
 func (w windowView) admissionEvent(b builder, n NodeView) WindowWait {
 	return WindowWait{Node: n.Name, Until: w.state.Next, Message: fmt.Sprintf(
-		"node %s: its driver upgrade (%s → %s) waits for the maintenance window until %s (%s); to upgrade it now: kubectl annotate node %s %s=true",
-		n.Name, n.Loaded, n.Desired, w.state.Until(), w.describe(), n.Name, b.k.ApproveReboot())}
+		"node %s: its driver upgrade (%s → %s) waits for the maintenance window: %s; to upgrade it now: kubectl annotate node %s %s=true",
+		n.Name, n.Loaded, n.Desired, w.describe(), n.Name, b.k.ApproveReboot())}
 }
 
 // WindowStatus is the upgrade windows in status and the rollout's

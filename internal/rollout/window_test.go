@@ -50,7 +50,7 @@ func TestNoAdmissionOutsideTheWindow(t *testing.T) {
 		t.Fatalf("window status %+v", d.Window)
 	}
 	// maxParallelUpgrades 1: only the next in line is told, not the queue.
-	if len(d.Announce) != 1 || d.Announce[0].Node != "a" || !strings.Contains(d.Announce[0].Message, "node a: its driver upgrade (1.0 → 2.0) waits for the maintenance window until 2026-11-22T13:00:00Z") {
+	if len(d.Announce) != 1 || d.Announce[0].Node != "a" || !strings.Contains(d.Announce[0].Message, "node a: its driver upgrade (1.0 → 2.0) waits for the maintenance window: closed until 2026-11-22T13:00:00Z (in 1h0m0s") {
 		t.Fatalf("announce = %+v", d.Announce)
 	}
 	// Inside the window it admits as before, and wakes up at the close.

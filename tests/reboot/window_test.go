@@ -1,0 +1,105 @@
+package reboot_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+	_ "time/tzdata" // the windows name their zone, as the binaries do
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/openfuyao/npu-stack/internal/contract"
+	"github.com/openfuyao/npu-stack/tests/testbed"
+)
+
+// recoveryWindow is a window of recoveryPolicy.maintenanceWindows from
+// start for d, in a zone of its own with a half-hour offset
+// (Asia/Kolkata), on whole seconds; and its opening as the rebooter
+// writes it (RFC 3339 on the window's clock).
+func recoveryWindow(t *testing.T, start time.Time, d time.Duration) (map[string]any, time.Time, string) {
+	t.Helper()
+	loc, err := time.LoadLocation("Asia/Kolkata")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := start.In(loc).Truncate(time.Second)
+	e := s.Add(d)
+	return map[string]any{"days": []any{strings.ToLower(s.Weekday().String()[:3])}, "start": s.Format("15:04:05"), "end": e.Format("15:04:05"), "timeZone": "Asia/Kolkata"},
+		s, s.Format(time.RFC3339)
+}
+
+// An automatic recovery outside its maintenance window waits: the
+// wedged node is cordoned and its NPU pods evicted, a
+// MaintenanceWindowClosed event says until when, and nothing reboots; a
+// node approved meanwhile reboots at once. Once its window opens, the
+// waiting node reboots. The window is moved by a helm upgrade (the
+// rebooters restart with it), so the wait is the product's, never the
+// test's.
+func TestAutomaticRecoveryWaitsForItsWindow(t *testing.T) {
+	ctx := ctxTimeout(t, 8*time.Minute)
+	far, farOpening, farUntil := recoveryWindow(t, time.Now().Add(2*time.Hour), 10*time.Minute)
+	var vals map[string]any
+	f := newFleetWith(t, 2, func(r, rec, _ map[string]any) {
+		r["slots"] = 2
+		rec["autoRecover"] = true
+		rec["maintenanceWindows"] = []any{far}
+	}, func(v map[string]any) { vals = v })
+	waiting, approved := f.nodes[0], f.nodes[1]
+	npuPod := pod(t, f.ns, "npu-job", waiting.Name(), true)
+	beforeWaiting, beforeApproved := bootID(t, waiting.Name()), bootID(t, approved.Name())
+
+	wedge(t, waiting)
+	wedge(t, approved)
+	approve(t, approved.Name())
+	ev := waitEvent(ctx, t, waiting.Name(), contract.EventMaintenanceWindowClosed, "waits for the maintenance window (recoveryPolicy.maintenanceWindows): closed until "+farUntil)
+	for _, part := range []string{"reason=recovery", "stays cordoned with its NPU pods evicted", "kubectl annotate node " + waiting.Name()} {
+		if !strings.Contains(ev.Message, part) {
+			t.Errorf("MaintenanceWindowClosed lacks %q: %s", part, ev.Message)
+		}
+	}
+	// The approved node does not wait for any window.
+	waitNode(ctx, t, approved.Name(), "the approved recovery reboots at once", rebooted(beforeApproved))
+	if time.Now().After(farOpening) {
+		t.Fatal("the test outlived a window two hours away")
+	}
+	// The waiting node: cordoned, its NPU pod gone, not rebooted.
+	n := waitNode(ctx, t, waiting.Name(), "cordoned for its recovery", func(n *corev1.Node) bool {
+		return n.Spec.Unschedulable && n.Annotations[keys.RecoveryCordoned()] == contract.True
+	})
+	if n.Annotations[keys.RebootFromBootID()] != "" || hostState(t, waiting).Reboots != 0 {
+		t.Fatalf("%s rebooted outside its window", waiting.Name())
+	}
+	err := testbed.WaitFor(ctx, testbed.PodsLW(env.Client, f.ns, "app=npu-job"), &corev1.Pod{}, func(ps []*corev1.Pod) (bool, error) {
+		return len(ps) == 0 || ps[0].UID != npuPod.UID || ps[0].DeletionTimestamp != nil, nil
+	})
+	if err != nil {
+		t.Fatalf("the NPU pod of the waiting node was not evicted: %v", err)
+	}
+	if _, err := env.Client.CoreV1().Pods(f.ns).Get(ctx, npuPod.Name, metav1.GetOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		t.Fatal(err)
+	}
+
+	// Its window moves to twenty seconds from now.
+	soon, opening, _ := recoveryWindow(t, time.Now().Add(20*time.Second), 10*time.Minute)
+	vals["recoveryPolicy"].(map[string]any)["maintenanceWindows"] = []any{soon}
+	if _, err := env.Helm(f.ns).Upgrade(ctx, f.ns, vals, testbed.InstallOptions{DisableHooks: true}); err != nil {
+		t.Fatal(err)
+	}
+	waitNode(ctx, t, waiting.Name(), "the recovery reboot once its window opened", rebooted(beforeWaiting))
+	// Stamped by the rebooter on the node's clock, this machine's here.
+	var at time.Time
+	for _, e := range events(t, waiting.Name(), contract.EventRebooting) {
+		if ts := e.LastTimestamp.Time; at.IsZero() || ts.Before(at) {
+			at = ts
+		}
+	}
+	if at.IsZero() || at.Before(opening) {
+		t.Fatalf("%s rebooted at %s, before its window opened at %s", waiting.Name(), at, opening)
+	}
+	if st := hostState(t, waiting); st.Reboots != 1 {
+		t.Fatalf("%s rebooted %d times, want 1", waiting.Name(), st.Reboots)
+	}
+	t.Logf("window opened %s, %s rebooted %s after", opening.Format(time.RFC3339), waiting.Name(), at.Sub(opening).Round(time.Second))
+}
