@@ -112,7 +112,7 @@ func NewStatus(g *cli.GlobalOptions) *cobra.Command {
 				if err != nil {
 					return err
 				}
-				if err := printStatus(cmd.OutOrStdout(), st, format, cf.namespace); err != nil {
+				if err := PrintStatus(cmd.OutOrStdout(), st, format, cf.namespace); err != nil {
 					return err
 				}
 				if !watch || !c.WaitForChange(ctx) {
@@ -151,7 +151,10 @@ func withBlockers(ctx context.Context, cf *clusterFlags, st rollout.Status) (rol
 	return rollout.WithBlockers(st, blockers), nil
 }
 
-func printStatus(w io.Writer, st rollout.Status, format outputFormat, namespace string) error {
+// PrintStatus writes st as `npu-hooks status` prints it, in format
+// ("table" or "json"); namespace is the chart's, for the commands it
+// names. The documentation's examples are checked against it.
+func PrintStatus(w io.Writer, st rollout.Status, format outputFormat, namespace string) error {
 	if format == outputJSON {
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")

@@ -17,7 +17,7 @@ func TestPrintStatusShowsTheInstallAndItsRetry(t *testing.T) {
 		{Node: "npu-2", State: "up-to-date"},
 	}}
 	var out bytes.Buffer
-	if err := printStatus(&out, st, outputTable, "npu-operator"); err != nil {
+	if err := PrintStatus(&out, st, outputTable, "npu-operator"); err != nil {
 		t.Fatal(err)
 	}
 	got := out.String()

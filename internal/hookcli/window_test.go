@@ -47,7 +47,7 @@ func TestPrintStatusShowsTheWindow(t *testing.T) {
 	st := rollout.Status{Nodes: []rollout.StatusRow{{Node: "npu-1", State: "upgrade-required"}}, Outcome: rollout.WaitingForWindow,
 		Window: &rollout.WindowStatus{Summary: "closed until 2026-05-02T22:00:00+02:00 (in 3h5m0s, window sat,sun 22:00-04:00 Europe/Berlin wait)", Waiting: []string{"npu-1", "npu-2"}}}
 	var out bytes.Buffer
-	if err := printStatus(&out, st, outputTable, "npu-operator"); err != nil {
+	if err := PrintStatus(&out, st, outputTable, "npu-operator"); err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(out.String(), line+"\n") || !strings.Contains(out.String(), "(waiting-for-window)") {

@@ -113,8 +113,8 @@ func TestOpen(t *testing.T) {
 			checks: []check{
 				{now: berlin("2026-03-28 22:59:00"), next: utc(t, "2026-03-28T22:00:00Z")},
 				{now: berlin("2026-03-28 23:00:00"), open: true, next: utc(t, "2026-03-29T03:00:00Z")},
-				// 04:30 CEST is 02:30 UTC: still open, five hours of clock
-				// but four of time.
+				// 04:30 CEST is 02:30 UTC: still open; six hours on the
+				// clock, five in time.
 				{now: utc(t, "2026-03-29T02:30:00Z"), open: true, next: utc(t, "2026-03-29T03:00:00Z")},
 				{now: utc(t, "2026-03-29T03:00:00Z"), next: utc(t, "2026-04-04T21:00:00Z")},
 			},
