@@ -110,7 +110,7 @@ func runRollout(ctx context.Context, f *rolloutFlags, log *logrus.Logger, out io
 		ctx, cancel = context.WithTimeout(ctx, f.policy.deadline)
 		defer cancel()
 	}
-	rec := kube.NewRecorder(client, "npu-hooks-rollout")
+	rec := kube.NewRecorder(client, rollout.EventSource)
 	defer rec.Shutdown()
 	lc := rollout.LeaseConfig{
 		Client: client, Namespace: f.cluster.namespace, Name: f.leaseName, Identity: f.leaseIdentity,

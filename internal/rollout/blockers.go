@@ -25,6 +25,9 @@ var blockerReasons = map[contract.EventReason]bool{
 	contract.EventDriverInstallFailed:  true,
 }
 
+// EventSource is the component the rollout's events are recorded as.
+const EventSource = "npu-hooks-rollout"
+
 // Blocker is "<reason>: <message>" of the newest event among events that
 // explains a wait and is not older than since; "" when none does.
 func Blocker(events []corev1.Event, since time.Time) string {
@@ -34,6 +37,9 @@ func Blocker(events []corev1.Event, since time.Time) string {
 		e := &events[i]
 		if !blockerReasons[contract.EventReason(e.Reason)] {
 			continue
+		}
+		if e.Reason == string(contract.EventMaintenanceWindowClosed) && e.Source.Component == EventSource {
+			continue // the rollout's own: its note says the same
 		}
 		at := eventTime(e)
 		if at.Before(since.Truncate(time.Second)) {

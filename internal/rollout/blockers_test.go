@@ -34,6 +34,12 @@ func TestBlockerNamesTheNewestCause(t *testing.T) {
 		"older than the state": {[]corev1.Event{ev(contract.EventRebootRefused, "loop guard", time.Hour)}, ""},
 		"unrelated reasons":    {[]corev1.Event{ev(contract.EventRebootCompleted, "done", time.Minute), ev(contract.EventNPUDriverUpgrade, "x", time.Minute)}, ""},
 		"no events":            {nil, ""},
+		"recovery window":      {[]corev1.Event{ev(contract.EventMaintenanceWindowClosed, "node a: its recovery reboot (reason=recovery) waits for the maintenance window", time.Minute)}, "MaintenanceWindowClosed: node a: its recovery reboot"},
+		"the rollout's own window event": {[]corev1.Event{func() corev1.Event {
+			e := ev(contract.EventMaintenanceWindowClosed, "node a: its driver upgrade waits", time.Minute)
+			e.Source.Component = EventSource
+			return e
+		}()}, ""},
 	} {
 		t.Run(name, func(t *testing.T) {
 			got := Blocker(tc.events, since)
