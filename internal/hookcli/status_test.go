@@ -42,7 +42,7 @@ func TestPrintStatusShowsInjectionUnavailable(t *testing.T) {
 		{Node: "npu-1", State: "up-to-date"},
 	}}
 	var out bytes.Buffer
-	if err := printStatus(&out, st, outputTable, "npu-operator"); err != nil {
+	if err := PrintStatus(&out, st, outputTable, "npu-operator"); err != nil {
 		t.Fatal(err)
 	}
 	got := out.String()
