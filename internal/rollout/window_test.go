@@ -197,3 +197,52 @@ func TestPlanAndStatusShowTheWindow(t *testing.T) {
 		t.Fatalf("status window line:\n%v\nwant\n%s", st.Window, wantLine)
 	}
 }
+
+// The rollout's wake-ups and notes across a DST change in the window's
+// zone are real durations: Berlin's clocks jump from 02:00 to 03:00 on
+// Sunday 2026-03-29 and go back from 03:00 to 02:00 on 2026-10-25.
+func TestWindowAcrossDSTChanges(t *testing.T) {
+	p := policy(windows(t, "sun 01:30-05:00 Europe/Berlin"))
+	at := func(utc string) time.Time {
+		v, err := time.Parse(time.RFC3339, utc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	cases := []struct {
+		name    string
+		now     time.Time
+		moves   []string
+		requeue time.Duration
+		note    string
+	}{
+		// Saturday 23:00 CET: the opening, 01:30 CET, is 2h30m away.
+		{name: "closed before spring forward", now: at("2026-03-28T22:00:00Z"), requeue: 2*time.Hour + 30*time.Minute,
+			note: "closed until 2026-03-29T01:30:00+01:00 (in 2h30m0s"},
+		// 01:45 CET: open until 05:00 CEST, 02:15 later, not 03:15 by the wall.
+		{name: "open across the jump", now: at("2026-03-29T00:45:00Z"), requeue: 2*time.Hour + 15*time.Minute,
+			moves: []string{"a:upgrade-required>cordon-required"}},
+		// Saturday 23:00 CEST: the opening, 01:30 CEST, is 2h30m away.
+		{name: "closed before fall back", now: at("2026-10-24T21:00:00Z"), requeue: 2*time.Hour + 30*time.Minute,
+			note: "closed until 2026-10-25T01:30:00+02:00 (in 2h30m0s"},
+		// The second 02:30 (CET): open until 05:00 CET, 2h30m later.
+		{name: "open in the repeated hour", now: at("2026-10-25T01:30:00Z"), requeue: 2*time.Hour + 30*time.Minute,
+			moves: []string{"a:upgrade-required>cordon-required"}},
+		// 05:00 CET has passed: next Sunday, 01:30 CET, is 6d20h30m away.
+		{name: "closed after fall back", now: at("2026-10-25T04:00:00Z"), requeue: 6*24*time.Hour + 20*time.Hour + 30*time.Minute,
+			note: "closed until 2026-11-01T01:30:00+01:00"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			d := Decide(Snapshot{Nodes: []NodeView{nv("a", queued)}, Targets: []string{"ns/dp"}}, p, keys, tc.now)
+			want(t, d, tc.moves...)
+			if d.Requeue != tc.requeue {
+				t.Errorf("requeue %s, want %s", d.Requeue, tc.requeue)
+			}
+			if !strings.Contains(d.Waiting["a"], tc.note) {
+				t.Errorf("a waits %q, want %q", d.Waiting["a"], tc.note)
+			}
+		})
+	}
+}
