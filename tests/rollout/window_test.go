@@ -192,14 +192,27 @@ func TestUpgradeStartedOutsideItsWindowWaitsForIt(t *testing.T) {
 // Node 1 is admitted in the first window and kept waiting for a job pod
 // (waitForCompletion, 40 s) past its close; node 2, skipped at first,
 // becomes upgradable in the gap and must wait for the second window.
+//
+// The nodes' clocks are skewed, and the upgrade windows are the
+// rollout's alone to judge, on its clock: node 1's clock runs 5 minutes
+// ahead, inside the second window all through the gap, so a rebooter
+// judging by it would reboot in the gap; node 2's runs 10 minutes
+// behind, before the second window for its first 10 minutes, so one
+// judging by it would hold node 2's reboot that long.
 func TestWindowClosingMidRolloutHoldsTheReboot(t *testing.T) {
 	f := newFleet(t, 2, func(p, _ map[string]any) {
 		p["maxParallelUpgrades"] = 2
 		p["maxUnavailable"] = "100%"
 		p["waitForCompletion"] = map[string]any{"podSelector": "app=train", "timeoutSeconds": 40}
 	})
-	ctx := ctxTimeout(t, 12*time.Minute)
+	ctx := ctxTimeout(t, 16*time.Minute)
 	n1, n2 := f.nodes[0].Name(), f.nodes[1].Name()
+	const behind = 10 * time.Minute
+	for i, off := range []time.Duration{5 * time.Minute, -behind} {
+		if err := f.nodes[i].Host().SetClockOffset(off); err != nil {
+			t.Fatal(err)
+		}
+	}
 	patchNode(ctx, t, n2, fmt.Sprintf(`{"metadata":{"labels":{%q:"true"}}}`, keys.UpgradeSkip()))
 	if _, err := env.Client.CoreV1().Pods(f.ns).Create(ctx, barePod(f.ns, "train", n1, nil, map[string]string{"app": "train"}), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -245,12 +258,17 @@ func TestWindowClosingMidRolloutHoldsTheReboot(t *testing.T) {
 		t.Fatalf("rollout exit %d:\n%s", code, tail(r.output(), 30))
 	}
 	f.checkDone(ctx)
-	// Node 1 rebooted only once the second window opened: the rebooter's
-	// Rebooting event is stamped on the node's clock, which is this
-	// machine's here.
+	// Node 1 rebooted only once the second window opened, and node 2 as
+	// soon as its turn came in it: the Rebooting events are stamped by
+	// the rebooter's process, on this machine's clock (the skew is the
+	// simulated host's, which the rebooter decides by).
 	reboot := events(ctx, t, n1, contract.EventRebooting, 1)
 	if at := eventTime(reboot[0]); at.Before(second.start) {
-		t.Errorf("%s rebooted at %s, before the second window opened at %s", n1, at, second.start)
+		t.Errorf("%s (clock 5m ahead) rebooted at %s, before the second window opened at %s", n1, at, second.start)
+	}
+	reboot2 := events(ctx, t, n2, contract.EventRebooting, 1)
+	if at := eventTime(reboot2[0]); !at.Before(second.start.Add(behind)) {
+		t.Errorf("%s (clock %s behind) rebooted at %s, only once its own clock reached the second window (%s): the rebooter judged the window", n2, behind, at, second.start)
 	}
 	if a := admissions(ctx, t, n1); !first.contains(a[0]) {
 		t.Errorf("%s admitted at %s, outside the first window", n1, a[0])
@@ -261,6 +279,6 @@ func TestWindowClosingMidRolloutHoldsTheReboot(t *testing.T) {
 		}
 	}
 	utc := func(t time.Time) string { return t.UTC().Format(time.TimeOnly) }
-	t.Logf("first window %s-%s UTC, second opened %s; %s held from %s, rebooted %s", utc(first.start), utc(first.end),
-		utc(second.start), n1, utc(heldAt), utc(eventTime(reboot[0])))
+	t.Logf("first window %s-%s UTC, second opened %s; %s held from %s, rebooted %s; %s rebooted %s", utc(first.start), utc(first.end),
+		utc(second.start), n1, utc(heldAt), utc(eventTime(reboot[0])), n2, utc(eventTime(reboot2[0])))
 }
