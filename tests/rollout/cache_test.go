@@ -1,6 +1,7 @@
 package rollout_test
 
 import (
+	"context"
 	"slices"
 	"strings"
 	"testing"
@@ -37,6 +38,15 @@ func TestRolloutCachesOnlyWhatItReads(t *testing.T) {
 		t.Fatal(err)
 	}
 	npuNode, cpuNode := npuNodes[0], cpuNodes[0]
+	// KWOK nodes take any pod and run nothing: a later test's Job pod
+	// (the resume CronJob's) placed on this one would never run.
+	t.Cleanup(func() {
+		for _, n := range []string{npuNode, cpuNode} {
+			if err := env.Client.CoreV1().Nodes().Delete(context.Background(), n, metav1.DeleteOptions{}); err != nil {
+				t.Logf("cleanup: delete KWOK node %s: %v", n, err)
+			}
+		}
+	})
 
 	onNPU := map[string]string{fleetLabel: ns}
 	daemonSets := []*appsv1.DaemonSet{
