@@ -68,38 +68,61 @@ func admissions(ctx context.Context, t *testing.T, node string) []time.Time {
 	return out
 }
 
-// firstCordons records, on the test's clock, when each fleet node was
-// first seen cordoned.
-type firstCordons struct {
-	mu sync.Mutex
-	at map[string]time.Time
+// firstSeen records, per fleet node, the first value of what it watches
+// and when (on the test's clock) the node first showed one.
+type firstSeen struct {
+	mu  sync.Mutex
+	at  map[string]time.Time
+	val map[string]string
 }
 
-func (f *fleet) watchFirstCordons() *firstCordons {
-	fc := &firstCordons{at: map[string]time.Time{}}
+// watchFirst records, for each fleet node, the first non-empty of(node)
+// and when it was seen.
+func (f *fleet) watchFirst(of func(*corev1.Node) string) *firstSeen {
+	fs := &firstSeen{at: map[string]time.Time{}, val: map[string]string{}}
 	stop := make(chan struct{})
 	f.t.Cleanup(func() { close(stop) })
 	reflectNodes(f.t, f.selector(), stop, func(nodes []*corev1.Node) {
 		now := time.Now()
-		fc.mu.Lock()
-		defer fc.mu.Unlock()
+		fs.mu.Lock()
+		defer fs.mu.Unlock()
 		for _, n := range nodes {
-			if _, seen := fc.at[n.Name]; !seen && n.Spec.Unschedulable {
-				fc.at[n.Name] = now
+			if _, seen := fs.at[n.Name]; !seen {
+				if v := of(n); v != "" {
+					fs.at[n.Name], fs.val[n.Name] = now, v
+				}
 			}
 		}
 	})
-	return fc
+	return fs
 }
 
-func (fc *firstCordons) get() map[string]time.Time {
-	fc.mu.Lock()
-	defer fc.mu.Unlock()
+// watchFirstCordons records when each fleet node was first seen cordoned.
+func (f *fleet) watchFirstCordons() *firstSeen {
+	return f.watchFirst(func(n *corev1.Node) string {
+		if n.Spec.Unschedulable {
+			return "cordoned"
+		}
+		return ""
+	})
+}
+
+// get is when each node was first seen with a value.
+func (fs *firstSeen) get() map[string]time.Time {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
 	out := map[string]time.Time{}
-	for k, v := range fc.at {
+	for k, v := range fs.at {
 		out[k] = v
 	}
 	return out
+}
+
+// value is the first value seen on node.
+func (fs *firstSeen) value(node string) string {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	return fs.val[node]
 }
 
 // windowStatus runs `npu-hooks status` (table) with the rollout's
@@ -207,11 +230,24 @@ func TestWindowClosingMidRolloutHoldsTheReboot(t *testing.T) {
 	})
 	ctx := ctxTimeout(t, 16*time.Minute)
 	n1, n2 := f.nodes[0].Name(), f.nodes[1].Name()
-	const behind = 10 * time.Minute
-	for i, off := range []time.Duration{5 * time.Minute, -behind} {
-		if err := f.nodes[i].Host().SetClockOffset(off); err != nil {
+	offsets := map[string]time.Duration{n1: 5 * time.Minute, n2: -10 * time.Minute}
+	for _, pn := range f.nodes {
+		if err := pn.Host().SetClockOffset(offsets[pn.Name()]); err != nil {
 			t.Fatal(err)
 		}
+	}
+	// The rebooter stamps reboot-started-at on its node's clock as it
+	// starts the reboot; less the node's offset, that is the real time.
+	// (Its Rebooting event may die with the simulated reboot, which kills
+	// the process before the event is written.)
+	starts := f.watchFirst(func(n *corev1.Node) string { return n.Annotations[keys.RebootStartedAt()] })
+	rebootAt := func(node string) time.Time {
+		t.Helper()
+		v, err := time.Parse(time.RFC3339, starts.value(node))
+		if err != nil {
+			t.Fatalf("%s: no reboot-started-at seen (%v)", node, err)
+		}
+		return v.Add(-offsets[node])
 	}
 	patchNode(ctx, t, n2, fmt.Sprintf(`{"metadata":{"labels":{%q:"true"}}}`, keys.UpgradeSkip()))
 	if _, err := env.Client.CoreV1().Pods(f.ns).Create(ctx, barePod(f.ns, "train", n1, nil, map[string]string{"app": "train"}), metav1.CreateOptions{}); err != nil {
@@ -259,16 +295,13 @@ func TestWindowClosingMidRolloutHoldsTheReboot(t *testing.T) {
 	}
 	f.checkDone(ctx)
 	// Node 1 rebooted only once the second window opened, and node 2 as
-	// soon as its turn came in it: the Rebooting events are stamped by
-	// the rebooter's process, on this machine's clock (the skew is the
-	// simulated host's, which the rebooter decides by).
-	reboot := events(ctx, t, n1, contract.EventRebooting, 1)
-	if at := eventTime(reboot[0]); at.Before(second.start) {
-		t.Errorf("%s (clock 5m ahead) rebooted at %s, before the second window opened at %s", n1, at, second.start)
+	// soon as its turn came in it, not once its own clock got there.
+	r1, r2 := rebootAt(n1), rebootAt(n2)
+	if r1.Before(second.start) {
+		t.Errorf("%s (clock %s ahead) rebooted at %s, before the second window opened at %s", n1, offsets[n1], r1, second.start)
 	}
-	reboot2 := events(ctx, t, n2, contract.EventRebooting, 1)
-	if at := eventTime(reboot2[0]); !at.Before(second.start.Add(behind)) {
-		t.Errorf("%s (clock %s behind) rebooted at %s, only once its own clock reached the second window (%s): the rebooter judged the window", n2, behind, at, second.start)
+	if !r2.Before(second.start.Add(-offsets[n2])) {
+		t.Errorf("%s (clock %s behind) rebooted at %s, only once its own clock reached the second window (%s): the rebooter judged the window", n2, -offsets[n2], r2, second.start)
 	}
 	if a := admissions(ctx, t, n1); !first.contains(a[0]) {
 		t.Errorf("%s admitted at %s, outside the first window", n1, a[0])
@@ -280,5 +313,5 @@ func TestWindowClosingMidRolloutHoldsTheReboot(t *testing.T) {
 	}
 	utc := func(t time.Time) string { return t.UTC().Format(time.TimeOnly) }
 	t.Logf("first window %s-%s UTC, second opened %s; %s held from %s, rebooted %s; %s rebooted %s", utc(first.start), utc(first.end),
-		utc(second.start), n1, utc(heldAt), utc(eventTime(reboot[0])), n2, utc(eventTime(reboot2[0])))
+		utc(second.start), n1, utc(heldAt), utc(r1), n2, utc(r2))
 }
