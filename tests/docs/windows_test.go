@@ -24,12 +24,12 @@ import (
 var windowsPageAt = time.Date(2026, 5, 2, 16, 55, 0, 0, time.UTC)
 
 // TestWindowsPageShowsWhatStatusPrints: the `npu-hooks status` output on
-// docs/maintenance-windows.md is what status prints, byte for byte, for
+// docs/schedule-maintenance-windows.md is what status prints, byte for byte, for
 // the page's example values (their windows as the chart hands them to the
 // rollout) at the page's moment. A change to the status format or to the
 // window line fails here until the page shows the new one.
 func TestWindowsPageShowsWhatStatusPrints(t *testing.T) {
-	page, err := os.ReadFile(filepath.Join(repoRoot(t), "docs", "maintenance-windows.md"))
+	page, err := os.ReadFile(filepath.Join(repoRoot(t), "docs", "schedule-maintenance-windows.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,21 +53,32 @@ func TestWindowsPageShowsWhatStatusPrints(t *testing.T) {
 		t.Fatal(err)
 	}
 	if got := strings.TrimRight(out.String(), "\n"); got != shown {
-		t.Fatalf("docs/maintenance-windows.md shows a status that npu-hooks status does not print; it prints:\n%s\n\nthe page shows:\n%s", got, shown)
+		t.Fatalf("docs/schedule-maintenance-windows.md shows a status that npu-hooks status does not print; it prints:\n%s\n\nthe page shows:\n%s", got, shown)
 	}
 }
 
 // statusBlock is the page's ```text block that starts with status's
-// header line.
+// header line, without the indentation of the step it is part of.
 func statusBlock(t *testing.T, page string) string {
 	t.Helper()
-	for _, block := range strings.Split(page, "```text\n")[1:] {
-		body, _, _ := strings.Cut(block, "```")
-		if strings.HasPrefix(body, "NODE ") {
-			return strings.TrimRight(body, "\n")
+	lines := strings.Split(page, "\n")
+	for i, l := range lines {
+		if strings.TrimSpace(l) != "```text" || i+1 >= len(lines) {
+			continue
+		}
+		indent := l[:len(l)-len(strings.TrimLeft(l, " "))]
+		if !strings.HasPrefix(lines[i+1], indent+"NODE ") {
+			continue
+		}
+		var body []string
+		for _, b := range lines[i+1:] {
+			if strings.TrimSpace(b) == "```" {
+				return strings.Join(body, "\n")
+			}
+			body = append(body, strings.TrimPrefix(b, indent))
 		}
 	}
-	t.Fatal("docs/maintenance-windows.md has no ```text block of `npu-hooks status` output")
+	t.Fatal("docs/schedule-maintenance-windows.md has no ```text block of `npu-hooks status` output")
 	return ""
 }
 
