@@ -293,7 +293,7 @@ func (a *Agent) sync(ctx context.Context) (time.Duration, error) {
 	}
 	now := a.cfg.Clock.Now()
 	act := Decide(f, a.cfg.Policy, now)
-	a.observe(node, f, now)
+	a.observe(node, f, act, now)
 	log := a.cfg.Log.WithFields(logrus.Fields{"action": act.Kind, "reason": act.Reason})
 	if act.Kind != Idle && act.Kind != Wait {
 		log.Info(act.Why)

@@ -50,14 +50,18 @@ func isRecoveryRequest(labels, annotations map[string]string, k contract.Keys) b
 	return labels[k.RebootRequired()] == contract.True && annotations[k.RebootReason()] == string(contract.ReasonRecovery)
 }
 
-func (a *Agent) observe(node *corev1.Node, f Facts, now time.Time) {
+func (a *Agent) observe(node *corev1.Node, f Facts, act Action, now time.Time) {
 	h, _ := budget.Parse(node.Annotations[a.keys.RebootHistory()])
 	inFlight := node.Annotations[a.keys.RebootFromBootID()] != ""
 	pending := node.Labels[a.keys.RebootRequired()] == contract.True || inFlight
 	if !inFlight {
 		h, _ = judge(h, node, a.keys, pending)
 	}
-	a.metrics.observe(pending, contract.RebootReason(node.Annotations[a.keys.RebootReason()]), f.SlotHeld, a.cfg.Policy.Budget.Left(h, now))
+	var blocked Cause
+	if act.Kind == Wait || act.Kind == ReleaseSlot {
+		blocked = act.Cause
+	}
+	a.metrics.observe(pending, contract.RebootReason(node.Annotations[a.keys.RebootReason()]), f.SlotHeld, a.cfg.Policy.Budget.Left(h, now), blocked)
 }
 
 // report announces a wait once per cause and pending reboot.

@@ -17,6 +17,9 @@ type Metrics struct {
 	// fleetEvents counts what the storm protection's watch delivers: the
 	// cost each agent puts on the API server per change in the fleet.
 	fleetEvents prometheus.Counter
+	// blocked is 1 for what a pending reboot waits for (Cause): the
+	// alerts' view of a refusal (loop guard, storm protection).
+	blocked *prometheus.GaugeVec
 }
 
 // NewMetrics creates the metrics of node.
@@ -40,8 +43,11 @@ func NewMetrics(node string) *Metrics {
 			Name: "npu_rebooter_fleet_watch_events_total", ConstLabels: labels,
 			Help: "Watch events about the NPU nodes asking for a reboot that this node's storm protection received (recoveryPolicy.autoRecover); none while the fleet is idle.",
 		}),
+		blocked: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "npu_rebooter_reboot_blocked", Help: "1 while a pending reboot of this node waits, by what it waits for (approval, budget = loop guard, bad-history, storm, uptime-guard, backoff, driver-install).", ConstLabels: labels,
+		}, []string{"cause"}),
 	}
-	m.Registry.MustRegister(m.reboots, m.pending, m.slotHeld, m.budgetLeft, m.fleetEvents)
+	m.Registry.MustRegister(m.reboots, m.pending, m.slotHeld, m.budgetLeft, m.fleetEvents, m.blocked)
 	// Both reasons exist from the start, so rate() sees the first reboot.
 	for _, r := range []contract.RebootReason{contract.ReasonUpgrade, contract.ReasonRecovery} {
 		m.reboots.WithLabelValues(string(r))
@@ -50,7 +56,11 @@ func NewMetrics(node string) *Metrics {
 	return m
 }
 
-func (m *Metrics) observe(pending bool, reason contract.RebootReason, slotHeld bool, budgetLeft int) {
+func (m *Metrics) observe(pending bool, reason contract.RebootReason, slotHeld bool, budgetLeft int, blocked Cause) {
+	m.blocked.Reset()
+	if pending && blocked != CauseNone {
+		m.blocked.WithLabelValues(string(blocked)).Set(1)
+	}
 	m.pending.Reset()
 	for _, r := range []contract.RebootReason{contract.ReasonUpgrade, contract.ReasonRecovery} {
 		m.pending.WithLabelValues(string(r)).Set(0)

@@ -11,7 +11,7 @@ import (
 
 func TestMetrics(t *testing.T) {
 	m := NewMetrics("npu-0")
-	m.observe(true, contract.ReasonRecovery, true, 2)
+	m.observe(true, contract.ReasonRecovery, true, 2, CauseStorm)
 	m.completed(contract.ReasonRecovery)
 	m.fleetEvents.Inc()
 	want := `
@@ -32,12 +32,18 @@ npu_rebooter_slot_held{node="npu-0"} 1
 # HELP npu_rebooter_reboot_budget_left Reboots this node may still take before the loop guard refuses.
 # TYPE npu_rebooter_reboot_budget_left gauge
 npu_rebooter_reboot_budget_left{node="npu-0"} 2
+# HELP npu_rebooter_reboot_blocked 1 while a pending reboot of this node waits, by what it waits for (approval, budget = loop guard, bad-history, storm, uptime-guard, backoff, driver-install).
+# TYPE npu_rebooter_reboot_blocked gauge
+npu_rebooter_reboot_blocked{cause="storm",node="npu-0"} 1
 `
 	if err := testutil.GatherAndCompare(m.Registry, strings.NewReader(want)); err != nil {
 		t.Fatal(err)
 	}
-	m.observe(false, "", false, 3)
+	m.observe(false, "", false, 3, CauseNone)
 	if got := testutil.ToFloat64(m.pending.WithLabelValues("recovery")); got != 0 {
 		t.Fatalf("pending after the reboot = %v", got)
+	}
+	if n := testutil.CollectAndCount(m.blocked); n != 0 {
+		t.Fatalf("%d npu_rebooter_reboot_blocked series with no reboot pending, want none", n)
 	}
 }

@@ -155,3 +155,9 @@ func slimDaemonSet(ds *appsv1.DaemonSet) *appsv1.DaemonSet {
 	out.Spec.Template.Spec.NodeSelector = ds.Spec.Template.Spec.NodeSelector
 	return out
 }
+
+// SlimTransform is the informer transform of the rollout's caches, for
+// other readers of the same objects (the fleet exporter): nodes keep what
+// BuildSnapshot reads, DaemonSets their template's annotations and node
+// selector.
+func SlimTransform(k contract.Keys) cache.TransformFunc { return slimTransform(k) }

@@ -105,6 +105,13 @@ var allowlist = map[string][]string{
 		"list daemonsets.apps", "patch daemonsets.apps", "delete daemonsets.apps",
 		"get leases.coordination.k8s.io", "list leases.coordination.k8s.io", "watch leases.coordination.k8s.io", "delete leases.coordination.k8s.io",
 	},
+	// The fleet exporter (npu-hooks exporter), read-only: list-watches the
+	// NPU nodes and, in the chart's namespace, the driver DaemonSets, the
+	// rollout Jobs and the rollout records (ConfigMaps).
+	"fleet-exporter": {
+		"list nodes", "watch nodes", "list daemonsets.apps", "watch daemonsets.apps",
+		"list jobs.batch", "watch jobs.batch", "list configmaps", "watch configmaps",
+	},
 }
 
 // kubeSystemAllowlist is what a component holds in kube-system beyond its

@@ -59,7 +59,8 @@ func TestPodMonitorsFindTheAgentsMetricsPorts(t *testing.T) {
 			t.Errorf("%s (%v) selects no DaemonSet's pods", name, sel)
 		}
 	}
-	off := mustRender(t, variant{name: "off", vals: map[string]any{"rebooter": map[string]any{"metricsPort": 0}, "healthWatch": map[string]any{"metricsPort": 0}},
+	off := mustRender(t, variant{name: "off", vals: map[string]any{"rebooter": map[string]any{"metricsPort": 0}, "healthWatch": map[string]any{"metricsPort": 0},
+		"fleetExporter": map[string]any{"enabled": false}},
 		opts: renderOpts{apiVersions: []string{podMonitorAPI}}})
 	if got := off.ofKind("PodMonitor"); len(got) != 0 {
 		t.Errorf("%d PodMonitors for endpoints turned off", len(got))
