@@ -5,6 +5,8 @@ import (
 	"testing"
 )
 
+const prometheusRuleAPI = "monitoring.coreos.com/v1/PrometheusRule"
+
 // TestFleetExporterIsAnAlwaysOnReadOnlyDeployment: the default chart runs
 // `npu-hooks exporter` as one replica preferring non-NPU nodes (its series
 // must outlive an NPU node's reboot), with the chart's selectors and
@@ -55,6 +57,26 @@ func TestFleetExporterIsAnAlwaysOnReadOnlyDeployment(t *testing.T) {
 	off := mustRender(t, variant{name: "off", vals: map[string]any{"fleetExporter": map[string]any{"enabled": false}}, opts: renderOpts{apiVersions: []string{podMonitorAPI}}})
 	if off.find("Deployment", "npu-stack-fleet-exporter") != nil || off.find("PodMonitor", "npu-stack-fleet-exporter") != nil || off.find("ServiceAccount", "npu-stack-fleet-exporter") != nil {
 		t.Error("fleetExporter.enabled=false still renders the exporter")
+	}
+}
+
+// TestPrometheusRuleOnlyWhereServedAndAsked: off by default; on, only
+// where the API is served (or renderWithoutAPI); its labels are values.
+func TestPrometheusRuleOnlyWhereServedAndAsked(t *testing.T) {
+	api := renderOpts{apiVersions: []string{prometheusRuleAPI}}
+	if mustRender(t, variant{name: "default", opts: api}).find("PrometheusRule", "npu-stack") != nil {
+		t.Error("PrometheusRule rendered by default")
+	}
+	on := map[string]any{"prometheusRule": map[string]any{"enabled": true, "labels": map[string]any{"release": "kube-prometheus-stack"}}}
+	if mustRender(t, variant{name: "no-api", vals: on}).find("PrometheusRule", "npu-stack") != nil {
+		t.Error("PrometheusRule rendered without the API")
+	}
+	pr := mustRender(t, variant{name: "on", vals: on, opts: api}).find("PrometheusRule", "npu-stack")
+	if pr == nil {
+		t.Fatal("no PrometheusRule with prometheusRule.enabled and the API served")
+	}
+	if pr.GetLabels()["release"] != "kube-prometheus-stack" || pr.GetLabels()["app.kubernetes.io/instance"] != "npu-stack" {
+		t.Errorf("PrometheusRule labels %v", pr.GetLabels())
 	}
 }
 
