@@ -20,8 +20,8 @@ import (
 
 func main() {
 	var opts cli.GlobalOptions
-	root := cli.NewRoot("npu-hooks", "Driver rollout hooks: preflight, rollout, plan, status, uninstall and the fleet exporter", &opts)
-	root.AddCommand(hookcli.NewPreflight(&opts), hookcli.NewRollout(&opts), hookcli.NewPlan(&opts), hookcli.NewStatus(&opts), hookcli.NewUninstall(&opts), hookcli.NewExporter(&opts))
+	root := cli.NewRoot("npu-hooks", "Driver rollout hooks: preflight, rollout, plan, status, uninstall, the fleet exporter and the rollout timeline", &opts)
+	root.AddCommand(hookcli.NewPreflight(&opts), hookcli.NewRollout(&opts), hookcli.NewPlan(&opts), hookcli.NewStatus(&opts), hookcli.NewUninstall(&opts), hookcli.NewExporter(&opts), hookcli.NewTimeline(&opts))
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	err := root.ExecuteContext(ctx)
 	stop()

@@ -6,10 +6,12 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/openfuyao/npu-stack/internal/cli"
 	"github.com/openfuyao/npu-stack/internal/fleetmetrics"
+	"github.com/openfuyao/npu-stack/internal/rolloutrecord"
 )
 
 type exporterFlags struct {
@@ -98,7 +100,16 @@ func (f *exporterFlags) parse() (fleetmetrics.Watch, fleetmetrics.Policy, error)
 		if w.RecordSelector, err = parseSelector("--record-selector", f.recordSelector); err != nil {
 			return fleetmetrics.Watch{}, fleetmetrics.Policy{}, err
 		}
+		w.ReadRecord = readRecord
 	}
 	return w, fleetmetrics.Policy{AutoUpgrade: f.autoUpgrade, AutoRecover: f.autoRecover, PlannedRebootTimeout: f.rebootTimeout}, nil
 }
 
+// readRecord is what the exporter reports of a rollout record.
+func readRecord(cm *corev1.ConfigMap) (fleetmetrics.Record, error) {
+	r, err := rolloutrecord.Decode(cm.Name, cm.Data)
+	if err != nil {
+		return fleetmetrics.Record{}, err
+	}
+	return fleetmetrics.Record{Name: r.Name, Outcome: r.Outcome(), Last: r.Last(), Entries: len(r.Entries), Dropped: r.Dropped}, nil
+}

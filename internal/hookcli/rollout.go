@@ -14,6 +14,7 @@ import (
 	"github.com/sirupsen/logrus"
 	"github.com/spf13/cobra"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
 
 	"github.com/openfuyao/npu-stack/internal/cli"
 	"github.com/openfuyao/npu-stack/internal/contract"
@@ -33,6 +34,7 @@ type rolloutFlags struct {
 	leftBehind    string
 	// policyConfigMap names the ConfigMap the chart writes the policy to.
 	policyConfigMap string
+	record          recordFlags
 }
 
 // NewRollout is `npu-hooks rollout`.
@@ -85,6 +87,7 @@ fix); 1 any other error (safe to retry).`,
 		"whether nodes the rollout could not move fail a finished rollout (exit 2): fail-if-out-of-date (only if one still runs an out-of-date driver and is not skipped by its label), always-succeed, fail")
 	fs.StringVar(&f.policyConfigMap, "policy-configmap", "",
 		"ConfigMap in --namespace holding the policy flags (key args), which the chart rewrites at every upgrade: read at the start and watched, so the newest policy takes effect at once, in a run already under way too; empty: the flags only")
+	f.record.add(fs)
 	fs.BoolVar(&f.waitForLease, "wait-for-lease", true, "wait while another rollout holds the lease (false: exit 2 with its holder)")
 	return cmd
 }
@@ -120,8 +123,9 @@ func runRollout(ctx context.Context, f *rolloutFlags, log *logrus.Logger, out io
 	var snap rollout.Snapshot
 	var mode contract.LeftBehindMode
 	var passes int64
-	run := func(ctx context.Context) error {
-		log.WithField("lease", f.cluster.namespace+"/"+f.leaseName).Info("holding the rollout lease")
+	// runControllers runs controllers until the rollout ends, a new one
+	// under each newer policy.
+	runControllers := func(ctx context.Context, observer cache.ResourceEventHandler) error {
 		for {
 			rp, err := f.currentPolicy(ctx, client)
 			if err != nil {
@@ -137,7 +141,7 @@ func runRollout(ctx context.Context, f *rolloutFlags, log *logrus.Logger, out io
 			c := rollout.NewController(rollout.Config{
 				Client: client, Recorder: rec, Log: log, Keys: cl.keys, Namespace: f.cluster.namespace,
 				NodeSelector: cl.nodeSelector, DriverSelector: cl.driverSelector, Targets: rp.targets, Policy: rp.policy,
-				WritesInFlight: f.writes,
+				WritesInFlight: f.writes, NodeObserver: observer,
 			})
 			rerr := c.Start(runCtx)
 			if rerr == nil {
@@ -152,6 +156,24 @@ func runRollout(ctx context.Context, f *rolloutFlags, log *logrus.Logger, out io
 			}
 			return rerr
 		}
+	}
+	run := func(ctx context.Context) error {
+		log.WithField("lease", f.cluster.namespace+"/"+f.leaseName).Info("holding the rollout lease")
+		record, err := f.record.recorder(ctx, client, cl, f.cluster.namespace, f.leaseName, log)
+		if err != nil {
+			// The record is for people; the rollout goes on without it.
+			log.WithError(err).Warn("keeping no rollout record")
+		}
+		var observer cache.ResourceEventHandler
+		if record != nil {
+			observer = record
+			recCtx, stopRec := context.WithCancel(ctx)
+			defer stopRec()
+			go record.Run(recCtx)
+		}
+		err = runControllers(ctx, observer)
+		finishRecord(ctx, record, err, final, log)
+		return err
 	}
 	err = rollout.WithLease(ctx, lc, run)
 	defer func() { log.WithField("decisionPasses", passes).Info("rollout decisions made") }()

@@ -56,6 +56,9 @@ type Config struct {
 	// WritesInFlight is the number of writers: nodes written at once,
 	// whatever decision their actions came from (0: DefaultWritesInFlight).
 	WritesInFlight int
+	// NodeObserver, if set, sees every NPU node the rollout's informer
+	// sees (slim, as cached): the rollout record (internal/rolloutrecord).
+	NodeObserver cache.ResourceEventHandler
 }
 
 // DefaultWritesInFlight is the default of Config.WritesInFlight.
@@ -156,6 +159,9 @@ func NewController(cfg Config) *Controller {
 	for _, inf := range []cache.SharedIndexInformer{ni.Informer(), pi, di} {
 		_, _ = inf.AddEventHandler(h)
 		c.synced = append(c.synced, inf.HasSynced)
+	}
+	if cfg.NodeObserver != nil {
+		_, _ = ni.Informer().AddEventHandler(cfg.NodeObserver)
 	}
 	return c
 }

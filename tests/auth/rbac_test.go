@@ -76,14 +76,15 @@ var allowlist = map[string][]string{
 	},
 	// Watches NPU nodes, pods, DaemonSets; patches nodes; evicts (PDBs
 	// honoured) and drains; deletes pods to re-roll them; leader election
-	// on one Lease; reads and watches its policy ConfigMap.
+	// on one Lease; reads and watches its policy ConfigMap; creates,
+	// updates and prunes its rollout records (ConfigMaps).
 	"rollout": {
 		"get nodes", "list nodes", "watch nodes", "patch nodes",
 		"get pods", "list pods", "watch pods", "delete pods", "create pods/eviction",
 		"get daemonsets.apps", "list daemonsets.apps", "watch daemonsets.apps",
 		"create events", "patch events",
 		"get leases.coordination.k8s.io", "create leases.coordination.k8s.io", "update leases.coordination.k8s.io",
-		"get configmaps", "list configmaps", "watch configmaps",
+		"get configmaps", "list configmaps", "watch configmaps", "create configmaps", "update configmaps", "delete configmaps",
 	},
 	// The NRI injector: on its own Node, reads and patches the
 	// injection-status annotation and posts NRIUnavailable events.

@@ -60,6 +60,20 @@ func TestFleetExporterIsAnAlwaysOnReadOnlyDeployment(t *testing.T) {
 	}
 }
 
+// TestRolloutRecordsWhatTheExporterReads: the rollout labels its records
+// with what the exporter's --record-selector selects.
+func TestRolloutRecordsWhatTheExporterReads(t *testing.T) {
+	r := mustRender(t, variant{name: "default"})
+	job := r.find("Job", "npu-stack-rollout")
+	if job == nil {
+		t.Fatal("no rollout Job")
+	}
+	args := strings.Join(toStrings(containers(t, job, "containers")["rollout"]["args"].([]any)), " ")
+	if !strings.Contains(args, "--record-labels=app.kubernetes.io/instance=npu-stack,") {
+		t.Errorf("the rollout labels its records without the release: %s", args)
+	}
+}
+
 // TestPrometheusRuleOnlyWhereServedAndAsked: off by default; on, only
 // where the API is served (or renderWithoutAPI); its labels are values.
 func TestPrometheusRuleOnlyWhereServedAndAsked(t *testing.T) {

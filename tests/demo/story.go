@@ -28,6 +28,9 @@ type Story struct {
 	Out   io.Writer
 	// Release and Namespace of the chart (the chart's defaults).
 	Release, Namespace string
+	// OutDir receives the timeline picture of each rollout story
+	// (timeline-<story>.svg); "" writes none.
+	OutDir string
 
 	keys  contract.Keys
 	start time.Time
@@ -131,6 +134,9 @@ func (s *Story) Run(ctx context.Context) error {
 	if err := s.shell(ctx, "kubectl get events -A --field-selector reason=RebootRequired -o custom-columns=NODE:.involvedObject.name,MESSAGE:.message"); err != nil {
 		return err
 	}
+	if err := s.timeline(ctx, "2-upgrade"); err != nil {
+		return err
+	}
 
 	victim := s.Fleet.NPU[0]
 	s.title("3/4 self-healing: chip 3 of %s wedges; autoRecover reboots it", victim.Name())
@@ -169,6 +175,9 @@ func (s *Story) Run(ctx context.Context) error {
 		return err
 	}
 	if err := s.realUpgraded(ctx, v1); err != nil {
+		return err
+	}
+	if err := s.timeline(ctx, "4-rollback"); err != nil {
 		return err
 	}
 	return s.summary()
@@ -300,7 +309,7 @@ func (s *Story) bootID(ctx context.Context, name string) string {
 func (s *Story) shell(ctx context.Context, line string) error {
 	s.printf("   $ %s\n", line)
 	cmd := exec.CommandContext(ctx, "sh", "-c", line)
-	cmd.Env = append(os.Environ(), "KUBECONFIG="+s.Env.Kubeconfig, "PATH="+s.Env.BinDir+":"+os.Getenv("PATH"))
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+s.Env.Kubeconfig, "PATH="+s.Env.BinDir+":"+s.Env.ProductBinDir+":"+os.Getenv("PATH"))
 	out, err := cmd.CombinedOutput()
 	for _, l := range strings.Split(strings.TrimRight(string(out), "\n"), "\n") {
 		s.printf("     %s\n", l)

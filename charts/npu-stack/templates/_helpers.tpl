@@ -283,6 +283,7 @@ rollout watches so the newest policy takes effect at once.
 - {{ printf "--npu-node-selector=%v" (include "npu-stack.selectorString" .Values.npuNodeSelector) | quote }}
 - {{ printf "--driver-selector=app=npu-driver-daemonset,app.kubernetes.io/instance=%v" .Release.Name | quote }}
 - {{ printf "--policy-configmap=%s-rollout-policy" (include "npu-stack.fullname" .) | quote }}
+- {{ printf "--record-labels=app.kubernetes.io/instance=%v,app.kubernetes.io/part-of=npu-stack" .Release.Name | quote }}
 {{- range splitList "\n" (include "npu-stack.rolloutPolicyFlags" .) }}
 - {{ . | quote }}
 {{- end }}

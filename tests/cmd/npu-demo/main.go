@@ -4,7 +4,9 @@
 // agents; it leaves nothing running. DEMO_NODES is the number of simulated
 // NPU nodes; beside them the fleet has one real 910B and one real 310P node
 // (upstream kubelet, containerd and runc; stand-in Ascend driver and
-// images; they need root), left out with DEMO_REAL_NODES=0.
+// images; they need root), left out with DEMO_REAL_NODES=0. The pictures
+// of the upgrade and the rollback (npu-hooks timeline) go to DEMO_OUT,
+// default .cache/demo.
 package main
 
 import (
@@ -12,6 +14,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"syscall"
@@ -73,7 +76,11 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	s := &demo.Story{Env: env, Fleet: fleet, Out: os.Stdout, Release: "npu-stack", Namespace: "npu-operator"}
+	out := os.Getenv("DEMO_OUT")
+	if out == "" {
+		out = filepath.Join(".cache", "demo")
+	}
+	s := &demo.Story{Env: env, Fleet: fleet, Out: os.Stdout, Release: "npu-stack", Namespace: "npu-operator", OutDir: out}
 	if err := s.Run(ctx); err != nil {
 		return err
 	}
