@@ -53,6 +53,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}),
 	}
 	reg.MustRegister(m.chipHealthy, m.chips, m.failures, m.probes, m.duration, m.wedged, m.hostProblem)
+	// Every result exists from the start, so increase() sees the first
+	// failure and a dashboard's failure panel shows 0 rather than nothing.
+	for _, r := range []string{"ok", "failed", "host_problem"} {
+		m.probes.WithLabelValues(r)
+	}
 	return m
 }
 
