@@ -46,6 +46,8 @@ type Env struct {
 	podNets int
 	kit     *realNodeKit
 	seq     int
+	// podIPs counts the pod addresses handed out (NodeSpec.PodIPs).
+	podIPs int
 }
 
 // NodeSpec describes simulated NPU nodes to add.
@@ -64,6 +66,10 @@ type NodeSpec struct {
 	// npu.present=false, which the seed's `-l openfuyao.com/npu.present`
 	// would select), only Labels.
 	CPU bool
+	// PodIPs gives each node's pods a loopback address of their own
+	// (procnode.Config.PodIP), so every node's agents may serve metrics
+	// on the chart's ports at once.
+	PodIPs bool
 }
 
 func (s NodeSpec) withDefaults() NodeSpec {
@@ -219,6 +225,7 @@ func (e *Env) AddProcessNodes(ctx context.Context, n int, spec NodeSpec) ([]*pro
 			ImageDir:   filepath.Join(e.Dir, "images"),
 			Dir:        filepath.Join(e.Dir, "nodes", name),
 			Host:       simhost.Spec{Chip: spec.Chip, ChipCount: spec.ChipCount, Driver: spec.Driver},
+			PodIP:      e.podIP(spec.PodIPs),
 		})
 		if err != nil {
 			return nodes, err
@@ -241,6 +248,17 @@ func (e *Env) ProcessNode(name string) (*procnode.Node, bool) {
 		}
 	}
 	return nil, false
+}
+
+// podIP hands out 127.0.10.1, 127.0.10.2, ... (on) or "" (off).
+func (e *Env) podIP(on bool) string {
+	if !on {
+		return ""
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.podIPs++
+	return fmt.Sprintf("127.0.%d.%d", 10+e.podIPs/250, 1+e.podIPs%250)
 }
 
 func (e *Env) nextName(prefix string) string {

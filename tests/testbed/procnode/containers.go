@@ -55,6 +55,7 @@ func (n *Node) startCtr(ctx context.Context, key string, pod *corev1.Pod, r *pod
 		fail("CreateContainerError", err)
 		return
 	}
+	args = bindPodIP(args, n.cfg.PodIP)
 	c.startedAt = metav1.Now()
 	if args == nil {
 		// Not our binary: simulated as running until stopped.

@@ -56,6 +56,10 @@ type Config struct {
 	// Dir holds the node's simulated host and its pods' files and logs.
 	Dir  string
 	Host simhost.Spec
+	// PodIP, if set, is the address of this node's pods (podip.go):
+	// their status.podIP, and where their listening flags bind. Default:
+	// the node's address, which every process node shares.
+	PodIP string
 }
 
 // Node is a running process-backed node.

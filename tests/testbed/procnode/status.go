@@ -39,9 +39,9 @@ func ctrStatus(c *ctr) corev1.ContainerStatus {
 
 func (n *Node) writeStatus(ctx context.Context, pod *corev1.Pod, r *podRun) error {
 	st := pod.Status.DeepCopy()
-	st.HostIP, st.PodIP = nodeIP, nodeIP
+	st.HostIP, st.PodIP = nodeIP, n.podIP()
 	st.HostIPs = []corev1.HostIP{{IP: nodeIP}}
-	st.PodIPs = []corev1.PodIP{{IP: nodeIP}}
+	st.PodIPs = []corev1.PodIP{{IP: n.podIP()}}
 	st.StartTime = &r.started
 	st.InitContainerStatuses, st.ContainerStatuses = nil, nil
 	for _, c := range r.init {
