@@ -28,7 +28,8 @@ func NewUninstall(g *cli.GlobalOptions) *cobra.Command {
 		Long: `In this order, so that no step of npu-stack races the next:
 
  1. stops the rollout: deletes the resume CronJob, the rollout and
-    preflight Jobs of --release and their pods, then the rollout's Lease;
+    preflight Jobs of --release and their pods, then the rollout's Lease
+    and its records (the ConfigMaps npu-hooks timeline draws from);
  2. stops the node agents: marks the driver DaemonSets, deletes every
     DaemonSet of the release and waits for their pods; a driver pod that
     stops this way removes npu-stack's files from its host (the CDI spec,

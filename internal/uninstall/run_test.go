@@ -17,6 +17,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/openfuyao/npu-stack/internal/contract"
+	"github.com/openfuyao/npu-stack/internal/rolloutrecord"
 )
 
 // The order and the writes of a run, on a fake clientset (the API
@@ -42,6 +43,8 @@ func cluster() []runtime.Object {
 		other,
 		&corev1.Pod{ObjectMeta: release("npu-stack-rollout-abc", componentRollout)},
 		&corev1.Pod{ObjectMeta: release("npu-stack-uninstall-xyz", ComponentUninstall)},
+		&corev1.ConfigMap{ObjectMeta: release("npu-stack-rollout-record-2.0.0", rolloutrecord.Component)},
+		&corev1.ConfigMap{ObjectMeta: release("npu-stack-settings", "rollout")},
 		driverDS,
 		&appsv1.DaemonSet{ObjectMeta: release("npu-stack-rebooter", "rebooter")},
 		&coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "npu-stack-rollout", Namespace: ns}},
@@ -89,6 +92,7 @@ func TestDryRunChangesNothing(t *testing.T) {
 	for _, want := range []string{
 		"would delete CronJob npu-operator/npu-stack-rollout-resume", "would delete Job npu-operator/npu-stack-rollout",
 		"would delete Lease npu-operator/npu-stack-rollout",
+		"would delete ConfigMap npu-operator/npu-stack-rollout-record-2.0.0 (rollout record)",
 		"would mark DaemonSet npu-operator/npu-stack-driver-910b with npu.openfuyao.com/uninstall-requested=r1",
 		"would delete DaemonSet npu-operator/npu-stack-rebooter",
 		"node npu-0: would remove 1 labels and 1 annotations of npu-stack; would uncordon (cordoned by the driver upgrade",
@@ -114,6 +118,7 @@ func TestRunStopsTheRolloutBeforeTheAgentsBeforeTheNodes(t *testing.T) {
 		"delete jobs npu-stack-preflight", "delete jobs npu-stack-rollout",
 		"delete pods npu-stack-rollout-abc",
 		"delete leases npu-stack-rollout",
+		"delete configmaps npu-stack-rollout-record-2.0.0",
 		"patch daemonsets npu-stack-driver-910b", "delete daemonsets npu-stack-driver-910b", "delete daemonsets npu-stack-rebooter",
 		"patch nodes npu-0",
 		"delete leases reboot-slot-0",
@@ -127,6 +132,11 @@ func TestRunStopsTheRolloutBeforeTheAgentsBeforeTheNodes(t *testing.T) {
 	}
 	if n.Spec.Unschedulable || n.Labels[k.UpgradeState()] != "" || len(n.Annotations) != 0 || n.Labels[contract.LabelNPUPresent] != "true" {
 		t.Errorf("node after the run: unschedulable %v labels %v annotations %v", n.Spec.Unschedulable, n.Labels, n.Annotations)
+	}
+	// A ConfigMap of the release that is no rollout record stays (Helm's
+	// to delete).
+	if _, err := c.CoreV1().ConfigMaps(ns).Get(context.Background(), "npu-stack-settings", metav1.GetOptions{}); err != nil {
+		t.Errorf("ConfigMap npu-stack-settings: %v", err)
 	}
 	// The hook's own Job and pod, and another release's Job, stay.
 	for _, j := range []string{"npu-stack-uninstall", "other-rollout"} {

@@ -87,7 +87,8 @@ type Report struct {
 
 // Run takes the release off the cluster, in an order where no step of
 // npu-stack races the next: the rollout first (its Jobs, the resume
-// CronJob, its Lease), so nothing cordons or labels a node any more; then
+// CronJob, its Lease), so nothing cordons or labels a node any more, and
+// its records (ConfigMaps), which nothing writes once it stopped; then
 // the node agents (their DaemonSets, deleted after the driver
 // DaemonSets are marked with the request, so their pods remove
 // npu-stack's host files as they stop), so nothing writes a node's keys
@@ -100,6 +101,9 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	}
 	u := &run{cfg: cfg}
 	if err := u.stopRollout(ctx); err != nil {
+		return u.report, err
+	}
+	if err := u.deleteRecords(ctx); err != nil {
 		return u.report, err
 	}
 	if err := u.stopAgents(ctx); err != nil {

@@ -95,8 +95,8 @@ var allowlist = map[string][]string{
 	// npu-hooks uninstall (the pre-delete hook of uninstall.cleanup):
 	// deletes the resume CronJob, the rollout and preflight Jobs and
 	// their pods (watched until gone); the rollout's Lease (read, watched
-	// for a holder still renewing it, deleted) and the reboot slots
-	// (listed, deleted); marks and deletes the DaemonSets (listed), their
+	// for a holder still renewing it, deleted), the reboot slots and the
+	// rollout records (ConfigMaps; listed, deleted); marks and deletes the DaemonSets (listed), their
 	// pods watched until gone; lists and patches every node (get to
 	// decide again after a conflict); lists the HostFilesRemoved Events.
 	"uninstall": {
@@ -105,6 +105,7 @@ var allowlist = map[string][]string{
 		"list pods", "watch pods", "delete pods",
 		"list daemonsets.apps", "patch daemonsets.apps", "delete daemonsets.apps",
 		"get leases.coordination.k8s.io", "list leases.coordination.k8s.io", "watch leases.coordination.k8s.io", "delete leases.coordination.k8s.io",
+		"list configmaps", "delete configmaps",
 	},
 	// The fleet exporter (npu-hooks exporter), read-only: list-watches the
 	// NPU nodes and, in the chart's namespace, the driver DaemonSets, the

@@ -127,6 +127,11 @@ func uninstallMidUpgrade(t *testing.T, cleanup bool, mode string) {
 	body := "{" + strings.Join(patch, ",") + "}"
 	patchNode(ctx, t, f.cpu.Name(), `{"metadata":{"labels":`+body+`,"annotations":`+body+`}}`)
 
+	// The rollout has moved a node, so it keeps a record the uninstall
+	// must delete (waitNothingLeft checks).
+	if recs, err := env.Client.CoreV1().ConfigMaps(f.ns).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/component=rollout-record"}); err != nil || len(recs.Items) == 0 {
+		t.Fatalf("before the uninstall: no rollout record in %s (%v)", f.ns, err)
+	}
 	out := runUninstallSection(ctx, t, f.ns, f.keys.Domain)
 	t.Logf("uninstall.md's output:\n%s", out)
 
@@ -267,6 +272,13 @@ func waitNothingLeft(ctx context.Context, t *testing.T, ns string) {
 	count("CronJobs", len(crons.Items), err)
 	dss, err := c.AppsV1().DaemonSets(ns).List(ctx, metav1.ListOptions{})
 	count("DaemonSets", len(dss.Items), err)
+	deps, err := c.AppsV1().Deployments(ns).List(ctx, metav1.ListOptions{})
+	count("Deployments (the fleet exporter)", len(deps.Items), err)
+	// The rollout records are the rollout's, not Helm's: npu-hooks
+	// uninstall deletes them. Listed by their component as well, in case
+	// one lost the release label.
+	records, err := c.CoreV1().ConfigMaps(ns).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/component=rollout-record"})
+	count("rollout records", len(records.Items), err)
 	leases, err := c.CoordinationV1().Leases(ns).List(ctx, metav1.ListOptions{})
 	count("Leases", len(leases.Items), err)
 	release := metav1.ListOptions{LabelSelector: "app.kubernetes.io/instance=npu-stack"}
