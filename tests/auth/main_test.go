@@ -83,6 +83,9 @@ func install(t *testing.T, base string, extra map[string]any) *stack {
 		"labelDomain":      s.domain,
 		"npuNodeSelector":  map[string]any{"npu-stack.test/auth": releaseNS},
 		"hooks":            map[string]any{"resume": map[string]any{"enabled": false}},
+		// On by default in the chart, off by default in the test bed
+		// (testbed Helm values); its service account is checked here.
+		"fleetExporter": map[string]any{"enabled": true},
 	}
 	for k, v := range extra {
 		vals[k] = v

@@ -129,8 +129,13 @@ func uninstallMidUpgrade(t *testing.T, cleanup bool, mode string) {
 
 	// The rollout has moved a node, so it keeps a record the uninstall
 	// must delete (waitNothingLeft checks).
-	if recs, err := env.Client.CoreV1().ConfigMaps(f.ns).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/component=rollout-record"}); err != nil || len(recs.Items) == 0 {
-		t.Fatalf("before the uninstall: no rollout record in %s (%v)", f.ns, err)
+	rctx, rcancel := context.WithTimeout(ctx, time.Minute)
+	err := testbed.WaitFor(rctx, cache.NewFilteredListWatchFromClient(env.Client.CoreV1().RESTClient(), "configmaps", f.ns, func(o *metav1.ListOptions) {
+		o.LabelSelector = "app.kubernetes.io/component=rollout-record"
+	}), &corev1.ConfigMap{}, func(cms []*corev1.ConfigMap) (bool, error) { return len(cms) > 0, nil })
+	rcancel()
+	if err != nil {
+		t.Fatalf("before the uninstall: no rollout record in %s: %v", f.ns, err)
 	}
 	out := runUninstallSection(ctx, t, f.ns, f.keys.Domain)
 	t.Logf("uninstall.md's output:\n%s", out)

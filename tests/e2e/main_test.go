@@ -144,6 +144,9 @@ func newStack(t *testing.T, ns, release string, n910, n310 int) *stack {
 		},
 		"rebooter":    map[string]any{"uptimeGuardMinutes": 0, "metricsPort": 0, "slots": 2},
 		"healthWatch": map[string]any{"probeIntervalSeconds": 5, "probeTimeoutSeconds": 2, "metricsPort": 0},
+		// One fixed port on this machine for every release: off, as the
+		// test bed's helm installs have it (testbed Helm values).
+		"fleetExporter": map[string]any{"enabled": false},
 		"hooks": map[string]any{"resume": map[string]any{"enabled": false},
 			"activeDeadlineSeconds": 600},
 	}

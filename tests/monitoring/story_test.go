@@ -32,6 +32,9 @@ const (
 	newVersion  = "2.0.0"
 	fleetLabel  = "npu-stack.test/monitoring"
 	approvalFor = "20s"
+	// rebootDowntime is how long each simulated reboot keeps its node
+	// down (a real one takes minutes).
+	rebootDowntime = 10 * time.Second
 )
 
 // story is one manual upgrade watched by a real Prometheus.
@@ -54,8 +57,11 @@ type story struct {
 // rendered with a short approval wait, and upgrades the driver in manual
 // mode through the real hook Job: NPUNodeAwaitingRebootApproval fires
 // while a node waits for its approval and resolves once it is approved;
-// NPUStackPlannedReboot fires for each node while it reboots on purpose;
-// and every query of the chart's dashboard returns series over the run.
+// NPUStackPlannedReboot fires for each node while it reboots on purpose
+// (each reboot keeps its node down rebootDowntime, five scrapes); every
+// query of the chart's dashboard returns series over the run; and
+// `npu-hooks timeline` draws the rollout. About 70 s, 2 min with the
+// package's control plane.
 func TestPrometheusAlertsOnAManualUpgrade(t *testing.T) {
 	ctx := ctxTimeout(t, 25*time.Minute)
 	s := &story{t: t, seen: map[string]map[string]bool{}}
@@ -97,6 +103,7 @@ func TestPrometheusAlertsOnAManualUpgrade(t *testing.T) {
 			t.Errorf("NPUStackPlannedReboot never fired for %s, which rebooted on purpose; alerts seen: %v", n, s.seenAlerts())
 		}
 	}
+	t.Logf("alerts seen during the story (name/node=state): %v", s.seenAlerts())
 	s.checkFleetSeries(ctx)
 	s.checkDashboard(ctx)
 	s.checkTimeline(ctx)
@@ -145,6 +152,9 @@ func (s *story) setUp(ctx context.Context) {
 	}
 	for _, n := range npu {
 		s.nodes = append(s.nodes, n.Name())
+		// Down for five scrapes: the fleet exporter's view of a planned
+		// reboot, and the agents' targets going down, are sampled.
+		n.SetRebootDowntime(rebootDowntime)
 	}
 	if _, err := env.AddProcessNodes(ctx, 1, testbed.NodeSpec{Prefix: "mon-cpu", CPU: true, PodIPs: true}); err != nil {
 		t.Fatal(err)

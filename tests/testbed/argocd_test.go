@@ -80,6 +80,9 @@ func TestArgoCDSyncsTheChartFromTheRegistry(t *testing.T) {
 		},
 		"rebooter":    map[string]any{"uptimeGuardMinutes": 0, "metricsPort": 0},
 		"healthWatch": map[string]any{"metricsPort": 0},
+		// One fixed port on this machine for every release: off, as the
+		// test bed's helm installs have it (testbed Helm values).
+		"fleetExporter": map[string]any{"enabled": false},
 		"hooks": map[string]any{"mode": "job", "activeDeadlineSeconds": 600,
 			"resume": map[string]any{"enabled": false}},
 	}

@@ -74,6 +74,9 @@ func TestFluxHelmReleaseInstallsUpgradesAndCorrectsDrift(t *testing.T) {
 		"driver":          map[string]any{"version": "25.5.0"},
 		"rebooter":        map[string]any{"uptimeGuardMinutes": 0, "metricsPort": 0},
 		"healthWatch":     map[string]any{"probeIntervalSeconds": 5, "probeTimeoutSeconds": 2, "metricsPort": 0},
+		// One fixed port on this machine for every release: off, as the
+		// test bed's helm installs have it (testbed Helm values).
+		"fleetExporter": map[string]any{"enabled": false},
 		// Pinned: the second chart package below has another appVersion,
 		// which the image tags default to, and no images of that tag.
 		"images": map[string]any{"hooks": map[string]any{"tag": v}, "rebooter": map[string]any{"tag": v}, "healthwatch": map[string]any{"tag": v}},

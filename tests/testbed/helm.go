@@ -90,10 +90,12 @@ func (h *Helm) loadChart() (*chart.Chart, error) {
 }
 
 // values are vals with imageRegistry pointing at the test-bed registry
-// and the health-watch's metrics endpoint off, unless the test chose
-// them: every process node's watch runs on this machine, so one fixed
-// port would be taken by the first (as rebooter.metricsPort, which tests
-// set to 0 themselves).
+// and the health-watch's metrics endpoint and the fleet exporter off,
+// unless the test chose them: every process node's watch runs on this
+// machine, so one fixed port would be taken by the first (as
+// rebooter.metricsPort, which tests set to 0 themselves), and so would
+// the fleet exporter's of two releases, or of two test packages, at once
+// (tests/monitoring runs it on a port and address of its own).
 func (h *Helm) values(vals map[string]any) map[string]any {
 	if h.product == nil {
 		return vals
@@ -113,6 +115,9 @@ func (h *Helm) values(vals map[string]any) map[string]any {
 		}
 		hw["metricsPort"] = 0
 		out["healthWatch"] = hw
+	}
+	if _, set := out["fleetExporter"]; !set {
+		out["fleetExporter"] = map[string]any{"enabled": false}
 	}
 	return out
 }

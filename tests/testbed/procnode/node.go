@@ -82,6 +82,9 @@ type Node struct {
 	// bootIDDelay (a time.Duration): how long after a reboot the node
 	// reports its new boot ID (DelayBootIDReport).
 	bootIDDelay atomic.Int64
+	// downtime (a time.Duration): how long a reboot keeps the machine
+	// down (SetRebootDowntime).
+	downtime atomic.Int64
 	// bootIDHold, if set, must hold of the Node before bootIDDelay
 	// starts (guarded by statusMu).
 	bootIDHold func(*corev1.Node) bool

@@ -29,6 +29,13 @@ func (n *Node) HoldBootIDReportUntil(until func(*corev1.Node) bool) {
 	n.bootIDHold = until
 }
 
+// SetRebootDowntime makes each later reboot keep the machine down for d
+// (NotReady, no process running) before it boots. Without it a
+// simulated reboot is instant, where a real one takes minutes: a test of
+// what an observer sees while a node is down (a scrape, an alert) needs
+// the window to be longer than its sampling.
+func (n *Node) SetRebootDowntime(d time.Duration) { n.downtime.Store(int64(d)) }
+
 // LoseOnReboot makes the next reboot take the machine down for good: its
 // processes die and the node stays NotReady, like hardware that does not
 // come back from a reboot.
@@ -84,6 +91,17 @@ func (n *Node) reboot(ctx context.Context) error {
 	if n.lost.Load() {
 		n.gone.Store(true)
 		return nil
+	}
+	if d := time.Duration(n.downtime.Load()); d > 0 {
+		// The machine is down: the worker, the node's kubelet, does
+		// nothing else meanwhile, as a rebooting kubelet does not.
+		t := time.NewTimer(d)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
 	}
 	rebooted, err := n.host.CompleteReboot()
 	if err != nil || !rebooted {
