@@ -64,7 +64,9 @@ func fileSD(ctx context.Context, ns, release string) ([]targetGroup, error) {
 			}
 		}
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Labels["pod"]+out[i].Labels["container"] < out[j].Labels["pod"]+out[j].Labels["container"] })
+	sort.Slice(out, func(i, j int) bool {
+		return out[i].Labels["pod"]+out[i].Labels["container"] < out[j].Labels["pod"]+out[j].Labels["container"]
+	})
 	return out, nil
 }
 
