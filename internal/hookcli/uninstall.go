@@ -31,7 +31,9 @@ func NewUninstall(g *cli.GlobalOptions) *cobra.Command {
     preflight Jobs of --release and their pods, then the rollout's Lease
     and its records (the ConfigMaps npu-hooks timeline draws from);
  2. stops the node agents: marks the driver DaemonSets, deletes every
-    DaemonSet of the release and waits for their pods; a driver pod that
+    DaemonSet of the release and waits for their pods (not for the fleet
+    exporter's, a Deployment's, which writes nothing and which Helm
+    deletes after the pre-delete hook); a driver pod that
     stops this way removes npu-stack's files from its host (the CDI spec,
     the marker directory, /var/lib/npu-stack). After helm uninstall the
     DaemonSets are gone already: those files then stay;

@@ -44,14 +44,15 @@ func (u *run) stopAgents(ctx context.Context) error {
 		return fmt.Errorf("list the DaemonSets of release %s in %s: %w", u.cfg.Release, ns, err)
 	}
 	agents := u.selector(selection.NotIn, append([]string{ComponentUninstall}, hookComponents()...)...)
-	pods, err := u.cfg.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: agents})
+	list, err := u.cfg.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: agents})
 	if err != nil {
 		return fmt.Errorf("list the node agents' pods of release %s in %s: %w", u.cfg.Release, ns, err)
 	}
+	pods := slices.DeleteFunc(list.Items, func(p corev1.Pod) bool { return !daemonSetPod(&p) })
 	if len(dss.Items) == 0 {
 		u.report.NoAgents = true
 		u.printf("node agents: the DaemonSets of release %s are gone, so no driver pod is left to remove npu-stack's files from the hosts: unless the pre-delete hook (uninstall.cleanup) removed them, they stay (docs/uninstall.md, step 3, lists them)", u.cfg.Release)
-		if len(pods.Items) == 0 {
+		if len(pods) == 0 {
 			return nil
 		}
 	}
@@ -71,12 +72,12 @@ func (u *run) stopAgents(ctx context.Context) error {
 	if u.cfg.DryRun {
 		return nil
 	}
-	notReady, err := u.waitPods(ctx, "the node agents' pods", agents, pods.Items)
+	notReady, err := u.waitPods(ctx, "the node agents' pods", agents, pods, daemonSetPod)
 	if err != nil {
 		return err
 	}
 	expect := map[string]bool{}
-	for _, p := range pods.Items {
+	for _, p := range pods {
 		if p.Labels[driverPodLabel] == driverPodValue && !u.report.NoAgents && p.Spec.NodeName != "" && !notReady[p.Spec.NodeName] {
 			expect[p.Spec.NodeName] = true
 		}
@@ -113,11 +114,20 @@ func (u *run) stopDaemonSet(ctx context.Context, ds appsv1.DaemonSet, request st
 	})
 }
 
+// daemonSetPod: a pod of a DaemonSet, a node agent. The release's other
+// pods (the fleet exporter's Deployment) write nothing on a node; they
+// go when Helm deletes their owner, after the pre-delete hook, so the
+// hook must not wait for them.
+func daemonSetPod(p *corev1.Pod) bool {
+	ref := metav1.GetControllerOf(p)
+	return ref != nil && ref.Kind == "DaemonSet"
+}
+
 // waitPods waits until the pods selector selects (pods, as listed;
-// what names them) are gone, except those on a node that is not Ready:
-// no kubelet stops them there, so they are named with the fix instead.
-// It returns those nodes.
-func (u *run) waitPods(ctx context.Context, what, selector string, pods []corev1.Pod) (map[string]bool, error) {
+// what names them), and only (nil: every pod), are gone, except those on
+// a node that is not Ready: no kubelet stops them there, so they are
+// named with the fix instead. It returns those nodes.
+func (u *run) waitPods(ctx context.Context, what, selector string, pods []corev1.Pod, only func(*corev1.Pod) bool) (map[string]bool, error) {
 	if len(pods) == 0 {
 		return nil, nil
 	}
@@ -138,7 +148,7 @@ func (u *run) waitPods(ctx context.Context, what, selector string, pods []corev1
 	u.printf("waiting for %s to stop (%d pods%s)", what, len(pods), note)
 	onReadyNode := func(o runtime.Object) bool {
 		p, ok := o.(*corev1.Pod)
-		return ok && !notReady[p.Spec.NodeName]
+		return ok && !notReady[p.Spec.NodeName] && (only == nil || only(p))
 	}
 	return notReady, waitGone(ctx, what, u.podsLW(selector), &corev1.Pod{}, onReadyNode)
 }

@@ -79,7 +79,7 @@ func (u *run) stopRollout(ctx context.Context) error {
 		}
 	}
 	if !u.cfg.DryRun {
-		if _, err := u.waitPods(ctx, "the rollout's and preflight's pods", hooks, pods.Items); err != nil {
+		if _, err := u.waitPods(ctx, "the rollout's and preflight's pods", hooks, pods.Items, nil); err != nil {
 			return err
 		}
 	}

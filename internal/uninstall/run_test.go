@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
@@ -15,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/utils/ptr"
 
 	"github.com/openfuyao/npu-stack/internal/contract"
 	"github.com/openfuyao/npu-stack/internal/rolloutrecord"
@@ -155,5 +157,48 @@ func TestRunStopsTheRolloutBeforeTheAgentsBeforeTheNodes(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), "uninstall finished: 0 nodes cleaned") {
 		t.Errorf("second run:\n%s", out.String())
+	}
+}
+
+// The fleet exporter's pod (a Deployment's, running, as before helm
+// uninstall deletes it after the pre-delete hook) is no node agent: the
+// run neither deletes nor waits for it. Waiting for it deadlocked the
+// hook, which Helm runs before it deletes the Deployment.
+func TestRunDoesNotWaitForTheFleetExporter(t *testing.T) {
+	exporter := &corev1.Pod{ObjectMeta: release("npu-stack-fleet-exporter-7bfd8-fhqx8", "fleet-exporter"), Spec: corev1.PodSpec{NodeName: "cpu-0"}}
+	exporter.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "npu-stack-fleet-exporter-7bfd8", UID: "rs1", Controller: ptr.To(true)}}
+	c := fake.NewClientset(append(cluster(), exporter)...)
+	var out bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := Run(ctx, config(c, &out, false)); err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	if strings.Contains(out.String(), "waiting for the node agents' pods") {
+		t.Errorf("the run waited for the fleet exporter's pod:\n%s", out.String())
+	}
+	if _, err := c.CoreV1().Pods(ns).Get(ctx, exporter.Name, metav1.GetOptions{}); err != nil {
+		t.Errorf("the fleet exporter's pod: %v (Helm's to delete, with its Deployment)", err)
+	}
+}
+
+func TestDaemonSetPod(t *testing.T) {
+	owned := func(kind string, controller bool) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{OwnerReferences: []metav1.OwnerReference{{Kind: kind, Name: "x", Controller: ptr.To(controller)}}}}
+	}
+	for _, tc := range []struct {
+		name string
+		pod  *corev1.Pod
+		want bool
+	}{
+		{"a DaemonSet's", owned("DaemonSet", true), true},
+		{"a ReplicaSet's (the fleet exporter)", owned("ReplicaSet", true), false},
+		{"a Job's", owned("Job", true), false},
+		{"a DaemonSet's reference that is no controller", owned("DaemonSet", false), false},
+		{"no owner", &corev1.Pod{}, false},
+	} {
+		if got := daemonSetPod(tc.pod); got != tc.want {
+			t.Errorf("%s: daemonSetPod = %v, want %v", tc.name, got, tc.want)
+		}
 	}
 }
