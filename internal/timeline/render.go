@@ -96,10 +96,24 @@ func Render(c Chart) []byte {
 	for _, o := range c.Outcomes {
 		ox := x(o.At)
 		fmt.Fprintf(&b, `<line x1="%.1f" y1="%d" x2="%.1f" y2="%d" stroke="#555555" stroke-dasharray="4 3"/>`+"\n", ox, rowsTop-4, ox, axisY)
-		text(&b, ox, rowsTop-8, "middle", "10", "bold", "run "+o.Outcome)
+		text(&b, ox, rowsTop-8, labelAnchor(ox), "10", "bold", "run "+o.Outcome)
 	}
 	b.WriteString("</svg>\n")
 	return b.Bytes()
+}
+
+// labelAnchor anchors a label centred on x, or by its end (start) when
+// x is near the right (left) edge of the plot, so that it is not cut off:
+// a run's end is most often the right edge.
+func labelAnchor(x float64) string {
+	const half = 40 // about half the widest label, "run deadline", at 10 px
+	switch {
+	case x > float64(width-rightPad)-half:
+		return "end"
+	case x < float64(labelWidth)+half:
+		return "start"
+	}
+	return "middle"
 }
 
 // marks draws a row's approvals (green triangles) and reboots (a black

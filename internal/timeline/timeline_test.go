@@ -118,3 +118,22 @@ func TestTickStep(t *testing.T) {
 		}
 	}
 }
+
+func TestLabelAnchorKeepsLabelsInside(t *testing.T) {
+	for _, tc := range []struct {
+		x    float64
+		want string
+	}{
+		{float64(width - rightPad), "end"}, // the run's end at the right edge
+		{float64(width-rightPad) - 39, "end"},
+		{float64(width-rightPad) - 41, "middle"},
+		{500, "middle"},
+		{float64(labelWidth) + 41, "middle"},
+		{float64(labelWidth) + 39, "start"},
+		{float64(labelWidth), "start"}, // a run that ended at the first entry
+	} {
+		if got := labelAnchor(tc.x); got != tc.want {
+			t.Errorf("labelAnchor(%v) = %q, want %q", tc.x, got, tc.want)
+		}
+	}
+}
