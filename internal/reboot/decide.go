@@ -131,6 +131,13 @@ const (
 	CauseWindow Cause = "maintenance-window"
 )
 
+// causes are every Cause a Wait can carry: the metrics expose each one
+// (at 0 when it does not apply), so a series exists before it first fires.
+func causes() []Cause {
+	return []Cause{CauseApproval, CauseStorm, CauseBudget, CauseBadHistory, CauseUptime, CauseBackoff,
+		CauseGoingDown, CauseDriverReady, CauseDriverInstall, CauseWindow}
+}
+
 // Action is Decide's answer.
 type Action struct {
 	Kind  Kind

@@ -44,20 +44,26 @@ func NewMetrics(node string) *Metrics {
 			Help: "Watch events about the NPU nodes asking for a reboot that this node's storm protection received (recoveryPolicy.autoRecover); none while the fleet is idle.",
 		}),
 		blocked: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "npu_rebooter_reboot_blocked", Help: "1 while a pending reboot of this node waits, by what it waits for (approval, budget = loop guard, bad-history, storm, uptime-guard, backoff, driver-install).", ConstLabels: labels,
+			Name: "npu_rebooter_reboot_blocked", Help: "1 while a pending reboot of this node waits, by what it waits for (approval, budget = loop guard, bad-history, storm, uptime-guard, backoff, going-down, driver-ready, driver-install, maintenance-window); 0 for the others.", ConstLabels: labels,
 		}, []string{"cause"}),
 	}
 	m.Registry.MustRegister(m.reboots, m.pending, m.slotHeld, m.budgetLeft, m.fleetEvents, m.blocked)
-	// Both reasons exist from the start, so rate() sees the first reboot.
+	// Both reasons and every cause exist from the start, so rate() sees
+	// the first reboot and an alert's series is there before it fires.
 	for _, r := range []contract.RebootReason{contract.ReasonUpgrade, contract.ReasonRecovery} {
 		m.reboots.WithLabelValues(string(r))
 		m.pending.WithLabelValues(string(r))
+	}
+	for _, c := range causes() {
+		m.blocked.WithLabelValues(string(c))
 	}
 	return m
 }
 
 func (m *Metrics) observe(pending bool, reason contract.RebootReason, slotHeld bool, budgetLeft int, blocked Cause) {
-	m.blocked.Reset()
+	for _, c := range causes() {
+		m.blocked.WithLabelValues(string(c)).Set(0)
+	}
 	if pending && blocked != CauseNone {
 		m.blocked.WithLabelValues(string(blocked)).Set(1)
 	}

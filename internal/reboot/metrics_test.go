@@ -32,9 +32,18 @@ npu_rebooter_slot_held{node="npu-0"} 1
 # HELP npu_rebooter_reboot_budget_left Reboots this node may still take before the loop guard refuses.
 # TYPE npu_rebooter_reboot_budget_left gauge
 npu_rebooter_reboot_budget_left{node="npu-0"} 2
-# HELP npu_rebooter_reboot_blocked 1 while a pending reboot of this node waits, by what it waits for (approval, budget = loop guard, bad-history, storm, uptime-guard, backoff, driver-install).
+# HELP npu_rebooter_reboot_blocked 1 while a pending reboot of this node waits, by what it waits for (approval, budget = loop guard, bad-history, storm, uptime-guard, backoff, going-down, driver-ready, driver-install, maintenance-window); 0 for the others.
 # TYPE npu_rebooter_reboot_blocked gauge
+npu_rebooter_reboot_blocked{cause="approval",node="npu-0"} 0
+npu_rebooter_reboot_blocked{cause="backoff",node="npu-0"} 0
+npu_rebooter_reboot_blocked{cause="bad-history",node="npu-0"} 0
+npu_rebooter_reboot_blocked{cause="budget",node="npu-0"} 0
+npu_rebooter_reboot_blocked{cause="driver-install",node="npu-0"} 0
+npu_rebooter_reboot_blocked{cause="driver-ready",node="npu-0"} 0
+npu_rebooter_reboot_blocked{cause="going-down",node="npu-0"} 0
+npu_rebooter_reboot_blocked{cause="maintenance-window",node="npu-0"} 0
 npu_rebooter_reboot_blocked{cause="storm",node="npu-0"} 1
+npu_rebooter_reboot_blocked{cause="uptime-guard",node="npu-0"} 0
 `
 	if err := testutil.GatherAndCompare(m.Registry, strings.NewReader(want)); err != nil {
 		t.Fatal(err)
@@ -43,7 +52,13 @@ npu_rebooter_reboot_blocked{cause="storm",node="npu-0"} 1
 	if got := testutil.ToFloat64(m.pending.WithLabelValues("recovery")); got != 0 {
 		t.Fatalf("pending after the reboot = %v", got)
 	}
-	if n := testutil.CollectAndCount(m.blocked); n != 0 {
-		t.Fatalf("%d npu_rebooter_reboot_blocked series with no reboot pending, want none", n)
+	if n := testutil.CollectAndCount(m.blocked); n != len(causes()) {
+		t.Fatalf("%d npu_rebooter_reboot_blocked series with no reboot pending, want one per cause (%d)", n, len(causes()))
+	}
+	if got := testutil.ToFloat64(m.blocked.WithLabelValues(string(CauseStorm))); got != 0 {
+		t.Fatalf("npu_rebooter_reboot_blocked{cause=storm} = %v with no reboot pending", got)
+	}
+	if n := testutil.CollectAndCount(NewMetrics("npu-1").blocked); n != len(causes()) {
+		t.Fatalf("a new rebooter exposes %d npu_rebooter_reboot_blocked series, want one per cause (%d): an alert's series must exist before it fires", n, len(causes()))
 	}
 }

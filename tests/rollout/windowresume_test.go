@@ -33,11 +33,15 @@ func TestResumeCronJobCatchesTheWindow(t *testing.T) {
 		"preflight":             map[string]any{"enabled": false},
 	}})
 	ctx := ctxTimeout(t, 12*time.Minute)
-	// The rollout pods prefer nodes outside the fleet: give them one that
-	// runs them (a KWOK node would take a pod and run nothing).
-	if _, err := env.AddProcessNodes(ctx, 1, testbed.NodeSpec{Prefix: "ro-cpu", CPU: true}); err != nil {
+	// The rollout pods run on a node that runs them, by hooks.nodeSelector:
+	// left to their preference for nodes outside the fleet, they could
+	// land on another test's KWOK node, which runs nothing and marks a
+	// Job's pod complete.
+	hooksLabel := map[string]any{"test.npu-stack.openfuyao.com/hooks": f.ns}
+	if _, err := env.AddProcessNodes(ctx, 1, testbed.NodeSpec{Prefix: "ro-cpu", CPU: true, Labels: map[string]string{"test.npu-stack.openfuyao.com/hooks": f.ns}}); err != nil {
 		t.Fatal(err)
 	}
+	f.vals["hooks"].(map[string]any)["nodeSelector"] = hooksLabel
 	cordons := f.watchFirstCordons()
 	// Two minutes away: well past the hook run's deadline, so that it
 	// leaves before the opening however slow the upgrade's setup is.

@@ -64,7 +64,10 @@ func TestArgoCDSyncsTheChartFromTheRegistry(t *testing.T) {
 	// non-NPU nodes for them); one NPU process node, in a fleet of its own,
 	// runs the driver pod, rebooter, device plugin and exporter.
 	fleet := "argocd-" + suffix
-	if _, err := env.AddProcessNodes(ctx, 1, testbed.NodeSpec{Prefix: "argo-cpu", CPU: true}); err != nil {
+	// hooks.nodeSelector keeps the hook Jobs on it: another test's KWOK
+	// node would take a Job's pod, run nothing and mark it complete.
+	hooksLabel := map[string]string{"test.npu-stack.openfuyao.com/hooks": fleet}
+	if _, err := env.AddProcessNodes(ctx, 1, testbed.NodeSpec{Prefix: "argo-cpu", CPU: true, Labels: hooksLabel}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := env.AddProcessNodes(ctx, 1, testbed.NodeSpec{Prefix: "argo-npu", Labels: map[string]string{argoFleetLabel: fleet}}); err != nil {
@@ -84,7 +87,7 @@ func TestArgoCDSyncsTheChartFromTheRegistry(t *testing.T) {
 		// test bed's helm installs have it (testbed Helm values).
 		"fleetExporter": map[string]any{"enabled": false},
 		"hooks": map[string]any{"mode": "job", "activeDeadlineSeconds": 600,
-			"resume": map[string]any{"enabled": false}},
+			"resume": map[string]any{"enabled": false}, "nodeSelector": hooksLabel},
 	}
 	// Seed Step 1.1: the driver images are in the registry before a sync.
 	if err := env.Helm(ns).MirrorDriverImages(ctx, vals); err != nil {

@@ -52,7 +52,11 @@ func TestFluxHelmReleaseInstallsUpgradesAndCorrectsDrift(t *testing.T) {
 			t.Log(env.PodLogs(context.Background(), ns, 25))
 		}
 	})
-	if _, err := env.AddProcessNodes(ctx, 1, testbed.NodeSpec{Prefix: "flux-hooks", CPU: true}); err != nil {
+	// The hook Jobs run on this node only (hooks.nodeSelector): left to
+	// their preference for non-NPU nodes they may land on another test's
+	// KWOK node, which runs nothing and marks a Job's pod complete.
+	hooksLabel := map[string]string{"test.npu-stack.openfuyao.com/hooks": ns}
+	if _, err := env.AddProcessNodes(ctx, 1, testbed.NodeSpec{Prefix: "flux-hooks", CPU: true, Labels: hooksLabel}); err != nil {
 		t.Fatal(err)
 	}
 	const fleetLabel = "test.npu-stack.openfuyao.com/fleet"
@@ -80,7 +84,7 @@ func TestFluxHelmReleaseInstallsUpgradesAndCorrectsDrift(t *testing.T) {
 		// Pinned: the second chart package below has another appVersion,
 		// which the image tags default to, and no images of that tag.
 		"images": map[string]any{"hooks": map[string]any{"tag": v}, "rebooter": map[string]any{"tag": v}, "healthwatch": map[string]any{"tag": v}},
-		"hooks":  map[string]any{"resume": map[string]any{"enabled": false}, "activeDeadlineSeconds": 600},
+		"hooks":  map[string]any{"resume": map[string]any{"enabled": false}, "activeDeadlineSeconds": 600, "nodeSelector": hooksLabel},
 	}
 	if err := env.Helm(ns).MirrorDriverImages(ctx, vals); err != nil {
 		t.Fatal(err)

@@ -400,7 +400,7 @@ restartPolicy: Never
 securityContext:
   {{- toYaml .ctx.Values.hooks.podSecurityContext | nindent 2 }}
 {{- include "npu-stack.imagePullSecrets" .ctx }}
-{{- include "npu-stack.avoidNPUNodes" .ctx }}
+{{- include "npu-stack.hookPlacement" .ctx }}
 containers:
   - name: rollout
     image: {{ include "npu-stack.image" (dict "image" .ctx.Values.images.hooks "ctx" .ctx) }}
@@ -418,6 +418,23 @@ containers:
       capabilities: {drop: [ALL]}
     resources:
       {{- toYaml .ctx.Values.hooks.resources | nindent 6 }}
+{{- end }}
+
+{{/*
+Placement of the hook pods (preflight, rollout, resume, uninstall): the
+user's hooks.nodeSelector and hooks.tolerations (e.g. infra nodes), and a
+preference for non-NPU nodes.
+*/}}
+{{- define "npu-stack.hookPlacement" -}}
+{{- with .Values.hooks.nodeSelector }}
+nodeSelector:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .Values.hooks.tolerations }}
+tolerations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- include "npu-stack.avoidNPUNodes" . }}
 {{- end }}
 
 {{/*
