@@ -3,7 +3,6 @@ package docs_test
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -113,7 +112,7 @@ func midUpgrade(ctx context.Context, t *testing.T, cleanup bool, mode string) *u
 		// As a default install has it (the test bed turns it off), on a
 		// port no other process of this machine holds: every process
 		// node's pods share one address.
-		"fleetExporter": map[string]any{"enabled": true, "port": freePort(t)},
+		"fleetExporter": map[string]any{"enabled": true, "port": testbed.FreePort(t)},
 	}
 	h := env.Helm(ns)
 	if _, err := h.Install(ctx, "npu-stack", vals, testbed.InstallOptions{Timeout: 5 * time.Minute}); err != nil {
@@ -276,15 +275,4 @@ func presentHostFiles(p *procnode.Node) []string {
 		}
 	}
 	return out
-}
-
-// freePort is a TCP port nothing on this machine listens on now.
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", ":0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = l.Close() }()
-	return l.Addr().(*net.TCPAddr).Port
 }

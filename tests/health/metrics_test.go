@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -16,6 +15,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/openfuyao/npu-stack/tests/testbed"
 )
 
 // documentedMetrics are the metric names of docs/observability.md's
@@ -38,17 +39,6 @@ func documentedMetrics(t *testing.T, prefix string) []string {
 		t.Fatalf("docs/observability.md documents %d %s* metrics", len(out), prefix)
 	}
 	return out
-}
-
-// freePort is a loopback port nothing listens on now.
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = l.Close() }()
-	return l.Addr().(*net.TCPAddr).Port
 }
 
 // scrape returns the metric families the endpoint exposes (names of its
@@ -93,7 +83,7 @@ func metricsPort(p corev1.Pod, container string) int {
 // once the node has probed and settled.
 func TestAgentsServeTheDocumentedMetrics(t *testing.T) {
 	ctx := ctxTimeout(t, 4*time.Minute)
-	rebooterPort, watchPort := freePort(t), freePort(t)
+	rebooterPort, watchPort := testbed.FreePort(t), testbed.FreePort(t)
 	f := newFleet(t, fleetOptions{nodes: 1, probeInterval: 1, threshold: 3, metricsPort: watchPort,
 		rebooter: map[string]any{"enabled": true, "uptimeGuardMinutes": 0, "metricsPort": rebooterPort},
 		recovery: map[string]any{"autoRecover": false}})

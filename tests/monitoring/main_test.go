@@ -8,7 +8,6 @@ package monitoring_test
 
 import (
 	"context"
-	"net"
 	"os"
 	"testing"
 	"time"
@@ -24,16 +23,4 @@ func ctxTimeout(t *testing.T, d time.Duration) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	t.Cleanup(cancel)
 	return ctx
-}
-
-// freePort is a port nothing listens on now, on any address: the
-// agents bind it on their node's pod address.
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", ":0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = l.Close() }()
-	return l.Addr().(*net.TCPAddr).Port
 }

@@ -164,9 +164,9 @@ func (s *story) setUp(ctx context.Context) {
 		"npuNodeSelector": map[string]any{contract.LabelNPUPresent: "true", fleetLabel: ns},
 		"driver": map[string]any{"version": oldVersion, "upgradePolicy": map[string]any{
 			"autoUpgrade": false, "maxParallelUpgrades": 2, "maxUnavailable": "100%", "rebootTimeoutSeconds": 300}},
-		"rebooter":      map[string]any{"uptimeGuardMinutes": 0, "slots": 2, "metricsPort": freePort(t)},
-		"healthWatch":   map[string]any{"probeIntervalSeconds": 2, "probeTimeoutSeconds": 2, "metricsPort": freePort(t)},
-		"fleetExporter": map[string]any{"port": freePort(t)},
+		"rebooter":      map[string]any{"uptimeGuardMinutes": 0, "slots": 2, "metricsPort": testbed.FreePort(t)},
+		"healthWatch":   map[string]any{"probeIntervalSeconds": 2, "probeTimeoutSeconds": 2, "metricsPort": testbed.FreePort(t)},
+		"fleetExporter": map[string]any{"port": testbed.FreePort(t)},
 		"hooks":         map[string]any{"resume": map[string]any{"enabled": false}, "preflight": map[string]any{"enabled": false}, "activeDeadlineSeconds": 1200},
 	}
 	dir := t.TempDir()

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/openfuyao/npu-stack/internal/contract"
 	"github.com/openfuyao/npu-stack/internal/kube"
+	"github.com/openfuyao/npu-stack/tests/testbed"
 )
 
 // TestStormProtectionWatchesOnlyRebootRequests: with autoRecover, a
@@ -26,7 +26,7 @@ import (
 // every NPU node would count the eighty as well: N agents, N² events.
 func TestStormProtectionWatchesOnlyRebootRequests(t *testing.T) {
 	ctx := ctxTimeout(t, 4*time.Minute)
-	port := freePort(t)
+	port := testbed.FreePort(t)
 	f := newFleet(t, 1, func(r, rec, _ map[string]any) {
 		r["metricsPort"] = port
 		rec["autoRecover"], rec["maxWedgedNodes"] = true, "50%"
@@ -52,18 +52,6 @@ func TestStormProtectionWatchesOnlyRebootRequests(t *testing.T) {
 	if got := waitCounter(ctx, t, port, func(v float64) bool { return v > before+1 }); got != before+2 {
 		t.Fatalf("the withdrawn request gave %v events, want 1", got-before-1)
 	}
-}
-
-// freePort is a loopback port nothing listens on now (the process
-// nodes' pods share this machine's network).
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = l.Close() }()
-	return l.Addr().(*net.TCPAddr).Port
 }
 
 // waitCounter polls the rebooter's npu_rebooter_fleet_watch_events_total
