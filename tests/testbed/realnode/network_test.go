@@ -13,7 +13,7 @@ import (
 // exists is removed.
 func TestDeleteVethIsIdempotent(t *testing.T) {
 	if os.Geteuid() != 0 {
-		t.Skip("creates network interfaces: needs root, as the real nodes do")
+		t.Fatal("creates network interfaces: needs root, as the real nodes and make test do (ci/prereqs.sh); run it as root")
 	}
 	name := fmt.Sprintf("rnt%d", os.Getpid()%100000)
 	ip := func(args ...string) {
