@@ -50,6 +50,7 @@ func kwokFleet(ctx context.Context, t *testing.T, n int) (ns string, names []str
 }
 
 func TestPlanAndStatusChangeNothing(t *testing.T) {
+	t.Parallel()
 	ctx := ctxTimeout(t, 2*time.Minute)
 	ns, names, sel := kwokFleet(ctx, t, 5)
 	canaryPatch := `{"metadata":{"labels":{"canary":"yes"}}}`
@@ -129,6 +130,7 @@ func TestPlanAndStatusChangeNothing(t *testing.T) {
 // them from the chart's rollout Job, so they tell the plan the rollout
 // will really follow.
 func TestPlanUsesTheChartsPolicy(t *testing.T) {
+	t.Parallel()
 	ctx := ctxTimeout(t, 2*time.Minute)
 	ns, names, sel := kwokFleet(ctx, t, 4)
 	if _, err := env.Client.CoreV1().Nodes().Patch(ctx, names[2], types.MergePatchType, []byte(`{"metadata":{"labels":{"canary":"yes"}}}`), metav1.PatchOptions{}); err != nil {
@@ -171,6 +173,7 @@ func TestPlanUsesTheChartsPolicy(t *testing.T) {
 }
 
 func TestSecondRolloutWaitsOrExitsOnTheLease(t *testing.T) {
+	t.Parallel()
 	ctx := ctxTimeout(t, 2*time.Minute)
 	ns, _, sel := kwokFleet(ctx, t, 2)
 	now := metav1.NewMicroTime(time.Now())
@@ -208,6 +211,7 @@ func TestSecondRolloutWaitsOrExitsOnTheLease(t *testing.T) {
 }
 
 func TestRolloutRejectsBadArguments(t *testing.T) {
+	t.Parallel()
 	ctx := ctxTimeout(t, time.Minute)
 	for _, tc := range []struct {
 		args []string

@@ -63,6 +63,7 @@ func rolloutStatus(ctx context.Context, t *testing.T, args []string) rollout.Sta
 // UpgradeLeftBehind event. With --nodes-left-behind=fail the same run
 // fails.
 func TestChartChangeWithANodeAwaitingRecoveryApproval(t *testing.T) {
+	t.Parallel()
 	f := newFleet(t, 3, nil)
 	ctx := ctxTimeout(t, 8*time.Minute)
 	wedged := f.nodes[1]
@@ -125,6 +126,7 @@ func stopAsNotReady(ctx context.Context, t *testing.T, pn *procnode.Node) {
 // ends at once, naming the canaries and the fix; once a canary that can
 // move is there, it goes first, then the rest, and the two are left behind.
 func TestCanariesThatCannotMove(t *testing.T) {
+	t.Parallel()
 	f := newFleet(t, 4, func(p, _ map[string]any) {
 		p["canarySelector"] = "canary=true"
 		p["maxUnavailable"] = "100%"
@@ -212,6 +214,7 @@ func eventTime(e *corev1.Event) time.Time {
 // and bookkeeping removed, an UpgradeAbandoned event saying why; nothing
 // reboots.
 func TestDriverDisabledWhileNodesInFlight(t *testing.T) {
+	t.Parallel()
 	f := newFleet(t, 2, func(p, _ map[string]any) {
 		p["autoUpgrade"] = false
 		p["maxParallelUpgrades"] = 0

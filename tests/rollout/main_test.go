@@ -18,6 +18,12 @@ import (
 	"github.com/openfuyao/npu-stack/tests/testbed"
 )
 
+// env is the package's control plane. Its tests run in parallel
+// (t.Parallel, -parallel of them at once, GOMAXPROCS by default): each
+// has its own namespace, fleet label and nodes. Those that stop a
+// control-plane component (chaos, outage) or read the API server's whole
+// state (cache) do not call t.Parallel, so Go runs them alone, before the
+// parallel ones start.
 var env *testbed.Env
 
 func TestMain(m *testing.M) { os.Exit(testbed.Main(m, &env)) }

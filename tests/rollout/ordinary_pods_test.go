@@ -24,6 +24,7 @@ import (
 // the NPU pod is evicted and the ordinary pods are left as they were;
 // drain, when enabled, still applies its own settings to them.
 func TestOrdinaryPodsDoNotBlockTheUpgrade(t *testing.T) {
+	t.Parallel()
 	f := newFleet(t, 1, nil)
 	ctx := ctxTimeout(t, 6*time.Minute)
 	node := f.nodes[0].Name()

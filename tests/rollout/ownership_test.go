@@ -27,6 +27,7 @@ import (
 // the old boot ID. The rollout must wait for the kubelet, not ask for a
 // second reboot.
 func TestKubeletLagGetsExactlyOneReboot(t *testing.T) {
+	t.Parallel()
 	f := newFleet(t, 1, nil)
 	ctx := ctxTimeout(t, 6*time.Minute)
 	node := f.nodes[0]
@@ -78,6 +79,7 @@ func kubectlSh(ctx context.Context, t *testing.T, line string) {
 // a later wedge under recoveryPolicy.autoRecover=false waits for an
 // approval of its own.
 func TestBulkApprovalDoesNotAuthoriseALaterRecovery(t *testing.T) {
+	t.Parallel()
 	f := newFleet(t, 2, func(p, _ map[string]any) {
 		p["autoUpgrade"] = false
 		p["maxUnavailable"] = "100%"
@@ -152,6 +154,7 @@ func wedgeAndWait(ctx context.Context, t *testing.T, f *fleet) {
 // A recovery that starts after validation, before the uncordon: the node
 // stays cordoned, handed over to the recovery, until the recovery ends.
 func TestRecoveryAtUncordonKeepsTheNodeCordoned(t *testing.T) {
+	t.Parallel()
 	f := newFleet(t, 1, nil)
 	ctx := ctxTimeout(t, 6*time.Minute)
 	name := f.nodes[0].Name()
@@ -190,6 +193,7 @@ func TestRecoveryAtUncordonKeepsTheNodeCordoned(t *testing.T) {
 // autoRecover=false), and the one recovery reboot also loads the new
 // driver.
 func TestRecoveryAtRebootKeepsItsReasonAndServesTheUpgrade(t *testing.T) {
+	t.Parallel()
 	f := newFleet(t, 1, nil) // autoUpgrade: true, recoveryPolicy.autoRecover: false
 	ctx := ctxTimeout(t, 7*time.Minute)
 	name := f.nodes[0].Name()
@@ -225,6 +229,7 @@ func TestRecoveryAtRebootKeepsItsReasonAndServesTheUpgrade(t *testing.T) {
 // cordon the rollout holds, and neither owner uncordons while the other
 // still holds the node; the last one to let go does.
 func TestRecoveryDuringValidationKeepsTheNodeCordoned(t *testing.T) {
+	t.Parallel()
 	f := newFleet(t, 1, nil)
 	ctx := ctxTimeout(t, 6*time.Minute)
 	name := f.nodes[0].Name()

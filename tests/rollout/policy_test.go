@@ -33,6 +33,7 @@ func waitOutput(ctx context.Context, t *testing.T, r *rolloutProc, want string) 
 // running resume run switches to it, finishes the node in flight, starts
 // no other and ends paused; the hook then ends paused too.
 func TestNewerPolicyWinsAtOnce(t *testing.T) {
+	t.Parallel()
 	f := newFleet(t, 3, func(p, _ map[string]any) {
 		p["autoUpgrade"] = false
 		p["maxParallelUpgrades"] = 1

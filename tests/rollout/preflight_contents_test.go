@@ -91,6 +91,7 @@ func perArch(t *testing.T, layers map[string][]files) v1.ImageIndex {
 // directory deletes what an earlier one added; a tree's version.info must
 // name driver.version.
 func TestPreflightReadsDriverImages(t *testing.T) {
+	t.Parallel()
 	ctx := ctxTimeout(t, 4*time.Minute)
 	reg := env.Registry
 	_, sel := preflightFleet(ctx, t, 1, testbed.NodeSpec{})
@@ -189,6 +190,7 @@ func TestPreflightReadsDriverImages(t *testing.T) {
 // an admin copies the vendor's) hold what preflight reads for, in both
 // install modes, at the paths the chart renders.
 func TestMirroredStandInsPassPreflight(t *testing.T) {
+	t.Parallel()
 	ctx := ctxTimeout(t, 2*time.Minute)
 	_, sel := preflightFleet(ctx, t, 1, testbed.NodeSpec{})
 	rel, err := env.Helm("npu-operator").Render(ctx, "mirror", map[string]any{"driver": map[string]any{
@@ -230,6 +232,7 @@ func TestMirroredStandInsPassPreflight(t *testing.T) {
 // time is refused, naming the timeout's value and the switch, not a hung
 // hook. The registry answers the manifest but never sends a layer.
 func TestPreflightContentTimeout(t *testing.T) {
+	t.Parallel()
 	ctx := ctxTimeout(t, 2*time.Minute)
 	_, sel := preflightFleet(ctx, t, 1, testbed.NodeSpec{})
 	ref, stop := stallingRegistry(ctx, t)

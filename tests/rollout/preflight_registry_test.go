@@ -27,6 +27,7 @@ var runImage = testbed.StandInDriver{Installer: "/usr/local/Ascend/driver.run"}
 // TestPreflightChecksDriverImagesInTheRegistry asks the test bed's real
 // registry (CNCF distribution) what a kubelet's pull would find.
 func TestPreflightChecksDriverImagesInTheRegistry(t *testing.T) {
+	t.Parallel()
 	ctx := ctxTimeout(t, 2*time.Minute)
 	reg := env.Registry
 	_, sel := preflightFleet(ctx, t, 1, testbed.NodeSpec{})
@@ -88,6 +89,7 @@ func TestPreflightChecksDriverImagesInTheRegistry(t *testing.T) {
 // TestPreflightPrivateRegistry checks a registry that asks for
 // credentials (htpasswd), with the pull secret the chart mounts.
 func TestPreflightPrivateRegistry(t *testing.T) {
+	t.Parallel()
 	ctx := ctxTimeout(t, 2*time.Minute)
 	priv, err := testbed.StartRegistry(ctx, env.BinDir, t.TempDir(), testbed.RegistryOptions{Users: map[string]string{"mirror": "s3cret"}})
 	if err != nil {
@@ -121,6 +123,7 @@ func TestPreflightPrivateRegistry(t *testing.T) {
 // TestPreflightRegistryUnreachable: a registry that never answers is a
 // clear refusal within the check's timeout, not a hung hook.
 func TestPreflightRegistryUnreachable(t *testing.T) {
+	t.Parallel()
 	ctx := ctxTimeout(t, time.Minute)
 	// A listener that accepts and never answers: the worst registry.
 	l, err := net.Listen("tcp", "127.0.0.1:0")

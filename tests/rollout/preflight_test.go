@@ -66,6 +66,7 @@ func wantRefusal(t *testing.T, r result, parts ...string) {
 }
 
 func TestPreflightRefusesUncoveredNode(t *testing.T) {
+	t.Parallel()
 	ctx := ctxTimeout(t, time.Minute)
 	names, sel := preflightFleet(ctx, t, 2, testbed.NodeSpec{})
 	odd, err := env.AddNPUNodes(ctx, 1, testbed.NodeSpec{Prefix: "pf-odd", Chip: "310p", Labels: map[string]string{fleetLabel: strings.Split(sel, "=")[2]}})
@@ -85,6 +86,7 @@ func TestPreflightRefusesUncoveredNode(t *testing.T) {
 }
 
 func TestPreflightRefusesWhenBudgetIsSpent(t *testing.T) {
+	t.Parallel()
 	ctx := ctxTimeout(t, time.Minute)
 	names, sel := preflightFleet(ctx, t, 4, testbed.NodeSpec{})
 	if _, err := env.Client.CoreV1().Nodes().Patch(ctx, names[3], types.MergePatchType, []byte(`{"spec":{"unschedulable":true}}`), metav1.PatchOptions{}); err != nil {
@@ -100,6 +102,7 @@ func TestPreflightRefusesWhenBudgetIsSpent(t *testing.T) {
 }
 
 func TestPreflightRefusesNPUWorkloadsThatCannotBeStopped(t *testing.T) {
+	t.Parallel()
 	ctx := ctxTimeout(t, 2*time.Minute)
 	ns := namespace(t)
 	names, sel := preflightFleet(ctx, t, 2, testbed.NodeSpec{})
@@ -130,6 +133,7 @@ func TestPreflightRefusesNPUWorkloadsThatCannotBeStopped(t *testing.T) {
 }
 
 func TestPreflightRejectsBadArguments(t *testing.T) {
+	t.Parallel()
 	ctx := ctxTimeout(t, time.Minute)
 	for _, tc := range []struct {
 		args []string

@@ -18,6 +18,7 @@ import (
 )
 
 func TestRolloutTwelveNodesWithinBudget(t *testing.T) {
+	t.Parallel()
 	f := newFleet(t, 12, func(p, _ map[string]any) {
 		p["maxParallelUpgrades"] = 3
 		p["maxUnavailable"] = "25%"
@@ -80,6 +81,7 @@ func TestRolloutTwelveNodesWithinBudget(t *testing.T) {
 }
 
 func TestRolloutSurvivesBeingKilled(t *testing.T) {
+	t.Parallel()
 	f := newFleet(t, 6, func(p, _ map[string]any) {
 		p["maxParallelUpgrades"] = 2
 		p["maxUnavailable"] = 2
@@ -111,6 +113,7 @@ func TestRolloutSurvivesBeingKilled(t *testing.T) {
 }
 
 func TestManualModeRebootsOnlyApprovedNodes(t *testing.T) {
+	t.Parallel()
 	f := newFleet(t, 3, func(p, _ map[string]any) {
 		p["autoUpgrade"] = false
 		p["maxParallelUpgrades"] = 0
@@ -158,6 +161,7 @@ func TestManualModeRebootsOnlyApprovedNodes(t *testing.T) {
 }
 
 func TestNodeThatNeverReturnsFailsAndBudgetStops(t *testing.T) {
+	t.Parallel()
 	f := newFleet(t, 4, func(p, _ map[string]any) {
 		p["maxParallelUpgrades"] = 1
 		p["maxUnavailable"] = "100%"

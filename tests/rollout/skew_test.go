@@ -19,6 +19,7 @@ import (
 // never come back from their reboot; both fail at step reboot one timeout
 // after their reboot was seen to start, as with agreeing clocks.
 func TestRebootTimeoutIgnoresTheNodesClock(t *testing.T) {
+	t.Parallel()
 	const timeout = 60 * time.Second
 	f := newFleet(t, 2, func(p, _ map[string]any) {
 		p["maxParallelUpgrades"] = 2

@@ -52,6 +52,7 @@ func statusNote(ctx context.Context, t *testing.T, args []string, node string, p
 // TestStatusNamesAnInvalidApproval: approve-reboot=yes is no approval;
 // status says so and how to approve, and approving with "true" goes on.
 func TestStatusNamesAnInvalidApproval(t *testing.T) {
+	t.Parallel()
 	f := newFleet(t, 1, func(p, _ map[string]any) { p["autoUpgrade"] = false })
 	ctx := ctxTimeout(t, 6*time.Minute)
 	node := f.nodes[0].Name()
@@ -73,6 +74,7 @@ func TestStatusNamesAnInvalidApproval(t *testing.T) {
 // its eviction holds the node in pod-deletion; status names the pod and
 // the fix, and the rollout goes on once the budget allows it.
 func TestStatusNamesThePodDisruptionBudget(t *testing.T) {
+	t.Parallel()
 	ctx := ctxTimeout(t, 6*time.Minute)
 	// force: the pod is a bare one (no controller), which drain removes
 	// only with force, and still through the eviction API.
@@ -118,6 +120,7 @@ func kubectlAnnotate(ctx context.Context, t *testing.T, node, key, value string)
 // purpose is refused a further one; status shows the rebooter's refusal
 // with the reset command, and resetting the history lets the rollout on.
 func TestStatusNamesTheLoopGuard(t *testing.T) {
+	t.Parallel()
 	f := newFleet(t, 1, nil)
 	ctx := ctxTimeout(t, 6*time.Minute)
 	node := f.nodes[0].Name()

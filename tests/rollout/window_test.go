@@ -149,6 +149,7 @@ func windowStatus(ctx context.Context, t *testing.T, args []string) string {
 // comes before the opening (the resume CronJob's, or a short hook Job)
 // ends at once, "waiting for window", exit 0, as no failure.
 func TestUpgradeStartedOutsideItsWindowWaitsForIt(t *testing.T) {
+	t.Parallel()
 	f := newFleet(t, 2, nil)
 	ctx := ctxTimeout(t, 12*time.Minute)
 	cordons := f.watchFirstCordons()
@@ -223,6 +224,7 @@ func TestUpgradeStartedOutsideItsWindowWaitsForIt(t *testing.T) {
 // behind, before the second window for its first 10 minutes, so one
 // judging by it would hold node 2's reboot that long.
 func TestWindowClosingMidRolloutHoldsTheReboot(t *testing.T) {
+	t.Parallel()
 	f := newFleet(t, 2, func(p, _ map[string]any) {
 		p["maxParallelUpgrades"] = 2
 		p["maxUnavailable"] = "100%"

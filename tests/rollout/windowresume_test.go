@@ -24,6 +24,7 @@ import (
 // in the cluster as the chart renders it; the test only upgrades the
 // release and watches.
 func TestResumeCronJobCatchesTheWindow(t *testing.T) {
+	t.Parallel()
 	f := newFleetWith(t, 2, func(p, _ map[string]any) {
 		p["maxParallelUpgrades"] = 2
 		p["maxUnavailable"] = "100%"
