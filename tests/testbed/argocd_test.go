@@ -67,6 +67,7 @@ func TestArgoCDSyncsTheChartFromTheRegistry(t *testing.T) {
 	// hooks.nodeSelector keeps the hook Jobs on it: another test's KWOK
 	// node would take a Job's pod, run nothing and mark it complete.
 	hooksLabel := map[string]string{"test.npu-stack.openfuyao.com/hooks": fleet}
+	hooksSelector := map[string]any{"test.npu-stack.openfuyao.com/hooks": fleet} // values as Helm reads them
 	if _, err := env.AddProcessNodes(ctx, 1, testbed.NodeSpec{Prefix: "argo-cpu", CPU: true, Labels: hooksLabel}); err != nil {
 		t.Fatal(err)
 	}
@@ -87,7 +88,7 @@ func TestArgoCDSyncsTheChartFromTheRegistry(t *testing.T) {
 		// test bed's helm installs have it (testbed Helm values).
 		"fleetExporter": map[string]any{"enabled": false},
 		"hooks": map[string]any{"mode": "job", "activeDeadlineSeconds": 600,
-			"resume": map[string]any{"enabled": false}, "nodeSelector": hooksLabel},
+			"resume": map[string]any{"enabled": false}, "nodeSelector": hooksSelector},
 	}
 	// Seed Step 1.1: the driver images are in the registry before a sync.
 	if err := env.Helm(ns).MirrorDriverImages(ctx, vals); err != nil {

@@ -56,6 +56,7 @@ func TestFluxHelmReleaseInstallsUpgradesAndCorrectsDrift(t *testing.T) {
 	// their preference for non-NPU nodes they may land on another test's
 	// KWOK node, which runs nothing and marks a Job's pod complete.
 	hooksLabel := map[string]string{"test.npu-stack.openfuyao.com/hooks": ns}
+	hooksSelector := map[string]any{"test.npu-stack.openfuyao.com/hooks": ns} // values as Helm reads them
 	if _, err := env.AddProcessNodes(ctx, 1, testbed.NodeSpec{Prefix: "flux-hooks", CPU: true, Labels: hooksLabel}); err != nil {
 		t.Fatal(err)
 	}
@@ -84,7 +85,7 @@ func TestFluxHelmReleaseInstallsUpgradesAndCorrectsDrift(t *testing.T) {
 		// Pinned: the second chart package below has another appVersion,
 		// which the image tags default to, and no images of that tag.
 		"images": map[string]any{"hooks": map[string]any{"tag": v}, "rebooter": map[string]any{"tag": v}, "healthwatch": map[string]any{"tag": v}},
-		"hooks":  map[string]any{"resume": map[string]any{"enabled": false}, "activeDeadlineSeconds": 600, "nodeSelector": hooksLabel},
+		"hooks":  map[string]any{"resume": map[string]any{"enabled": false}, "activeDeadlineSeconds": 600, "nodeSelector": hooksSelector},
 	}
 	if err := env.Helm(ns).MirrorDriverImages(ctx, vals); err != nil {
 		t.Fatal(err)
