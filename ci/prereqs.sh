@@ -90,6 +90,12 @@ if ((real_nodes)); then
 	has ip || missing "real nodes' network: ip link" iproute2
 	has nsenter || missing "real nodes' namespaces: nsenter" util-linux
 	{ [[ -x /usr/bin/dbus-daemon ]] && [[ -f /usr/share/dbus-1/system.conf ]]; } || missing "real nodes' system bus: /usr/bin/dbus-daemon and /usr/share/dbus-1/system.conf" dbus
+	# Each real node makes its inherited mounts private (mount --make-rprivate
+	# /), which the kernel refuses (EINVAL) when / is no mount point: a
+	# chroot into a plain directory. NPU_STACK_MOUNTINFO: tests only.
+	if ! awk '$5 == "/" { found = 1 } END { exit !found }' "${NPU_STACK_MOUNTINFO:-/proc/self/mountinfo}" 2>/dev/null; then
+		problems+=("the real nodes need / to be a mount point, and here it is not (a chroot into a plain directory?): bind-mount the root onto itself before entering it (mount --bind ROOT ROOT), or run make demo DEMO_REAL_NODES=0")
+	fi
 	if ((EUID != 0)); then
 		if [[ $target == demo ]]; then
 			problems+=("the demo's real 910B and 310P nodes (kubelet, containerd, runc in namespaces, mounts, veths and cgroups of their own) need root: run sudo env \"PATH=\$PATH\" make demo, or make demo DEMO_REAL_NODES=0 for the simulated nodes alone, which needs no root")

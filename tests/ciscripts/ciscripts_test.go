@@ -135,6 +135,21 @@ func TestPrereqsNameTheFix(t *testing.T) {
 		t.Errorf("DEMO_REAL_NODES=0: the demo needs neither gcc nor root, but ci/prereqs.sh exited %d:\n%s", code, out)
 	}
 
+	// A chroot into a plain directory: / is no mount point, which the
+	// real nodes' private mounts need.
+	mi := filepath.Join(t.TempDir(), "mountinfo")
+	if err := os.WriteFile(mi, []byte("30 29 0:5 / /proc rw,nosuid - proc proc rw\n31 29 0:6 / /dev rw - devtmpfs udev rw\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, code, _ = run(t, -1, []string{"NPU_STACK_MOUNTINFO=" + mi}, "ci/prereqs.sh", "--check", "demo")
+	if code == 0 || !strings.Contains(out, "mount --bind ROOT ROOT") || !strings.Contains(out, "DEMO_REAL_NODES=0") {
+		t.Errorf("a root that is no mount point: exit %d, want a refusal naming the bind mount and DEMO_REAL_NODES=0:\n%s", code, out)
+	}
+	out, code, _ = run(t, -1, []string{"NPU_STACK_MOUNTINFO=" + mi, "DEMO_REAL_NODES=0"}, "ci/prereqs.sh", "--check", "demo")
+	if strings.Contains(out, "mount point") {
+		t.Errorf("DEMO_REAL_NODES=0 starts no real node, but ci/prereqs.sh asks for / as a mount point (exit %d):\n%s", code, out)
+	}
+
 	out, code, _ = run(t, -1, []string{noGCC}, "ci/prereqs.sh", "--check", "everything")
 	if code != 2 || !strings.Contains(out, "usage:") {
 		t.Errorf("an unknown target: exit %d, want 2 with the usage:\n%s", code, out)

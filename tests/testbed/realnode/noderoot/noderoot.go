@@ -8,6 +8,7 @@ package noderoot
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -99,6 +100,9 @@ func Read(path string) (Plan, error) {
 // (HostToContainer, Bidirectional) works as on a machine.
 func (p Plan) Apply() error {
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+		if errors.Is(err, unix.EINVAL) {
+			return fmt.Errorf("make the inherited mounts private: %w: / is no mount point (a chroot into a plain directory?): bind-mount the root onto itself before entering it (mount --bind ROOT ROOT)", err)
+		}
 		return fmt.Errorf("make the inherited mounts private: %w", err)
 	}
 	if err := unix.Mount("tmpfs", p.Root, "tmpfs", 0, "mode=755"); err != nil {
