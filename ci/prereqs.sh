@@ -90,22 +90,17 @@ if ((real_nodes)); then
 	has ip || missing "real nodes' network: ip link" iproute2
 	has nsenter || missing "real nodes' namespaces: nsenter" util-linux
 	{ [[ -x /usr/bin/dbus-daemon ]] && [[ -f /usr/share/dbus-1/system.conf ]]; } || missing "real nodes' system bus: /usr/bin/dbus-daemon and /usr/share/dbus-1/system.conf" dbus
-	# Each real node makes its inherited mounts private (mount --make-rprivate
-	# /), which the kernel refuses (EINVAL) when / is no mount point: a
-	# chroot into a plain directory. NPU_STACK_MOUNTINFO: tests only.
-	if ! awk '$5 == "/" { found = 1 } END { exit !found }' "${NPU_STACK_MOUNTINFO:-/proc/self/mountinfo}" 2>/dev/null; then
-		problems+=("the real nodes need / to be a mount point, and here it is not (a chroot into a plain directory?): bind-mount the root onto itself before entering it (mount --bind ROOT ROOT), or run make demo DEMO_REAL_NODES=0")
-	fi
 	# A process that joins a mount namespace (runc exec: every exec probe)
 	# is put at the namespace's root mount. In a chroot that is the
-	# host's /, not this root, and the real nodes' exec probes fail: the
-	# root must be the namespace's own (pivot_root, as a container or
-	# systemd-nspawn does).
+	# host's /, not this root, and the real nodes' exec probes fail; in a
+	# chroot into a plain directory each node's mount --make-rprivate /
+	# fails too. The root must be the namespace's own (pivot_root, as a
+	# container or systemd-nspawn does).
 	if ((EUID == 0)) && has nsenter && [[ -e /proc/self/ns/mnt ]]; then
 		here=$(stat -c %d:%i /)
 		nsroot=$(nsenter --mount=/proc/self/ns/mnt -- stat -c %d:%i / 2>/dev/null || echo "$here")
 		if [[ $here != "$nsroot" ]]; then
-			problems+=("the real nodes need / to be the root of this mount namespace, and here it is not (a chroot?): processes that join a namespace, such as the containers' exec probes, would land in the host's /. Enter the root as a machine: unshare --mount, bind-mount the root onto itself, pivot_root into it (or systemd-nspawn -D ROOT); or run make demo DEMO_REAL_NODES=0")
+			problems+=("the real nodes need / to be the root of this mount namespace, and here it is not (a chroot?): processes that join a namespace, such as the containers' exec probes, would land in the host's /. Enter the root as a machine: unshare --mount, bind-mount the root onto itself (mount --bind ROOT ROOT), pivot_root into it (or systemd-nspawn -D ROOT); or run make demo DEMO_REAL_NODES=0")
 		fi
 	fi
 	if ((EUID != 0)); then
