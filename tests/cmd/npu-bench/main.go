@@ -14,11 +14,13 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/sirupsen/logrus"
 
 	"github.com/openfuyao/npu-stack/tests/bench/report"
 	"github.com/openfuyao/npu-stack/tests/bench/suite"
+	"github.com/openfuyao/npu-stack/tests/bench/watchcost"
 )
 
 func main() {
@@ -30,6 +32,11 @@ func main() {
 	keep := flag.Bool("keep-controlplane", false, "keep each control plane's directory (component logs, KWOK's among them) under --out")
 	var only intList
 	flag.Var(&only, "nodes", "run only the fleets of these sizes of the mode (comma-separated, e.g. 5000; in quick mode one size of any value, e.g. 20); results.json then holds only them")
+	var watchSizes, watchOld intList
+	flag.Var(&watchSizes, "watch-cost", "instead of rollouts, measure the node agents' watches on an idle fleet of these sizes (comma-separated, e.g. 1000,10000): N real rebooters with --auto-recover; results in --out/watch.{md,json}")
+	flag.Var(&watchOld, "watch-cost-old", "with --watch-cost, also measure at these sizes the storm protection's old watch of every NPU node")
+	watchWindow := flag.Duration("watch-window", 3*time.Minute, "with --watch-cost, each measurement window")
+	statusEvery := flag.Duration("status-every", watchcost.DefaultStatusEvery, "with --watch-cost, each idle node's status report period (the kubelet's nodeStatusReportFrequency)")
 	render := flag.String("render", "", "only re-render results.md (with the targets re-evaluated) from this results.json, into --out; several, comma-separated, make one table of runs of different -nodes")
 	flag.Parse()
 	if *render != "" {
@@ -45,6 +52,17 @@ func main() {
 	log.SetOutput(os.Stderr)
 	if *debug {
 		log.SetLevel(logrus.DebugLevel)
+	}
+	if len(watchSizes) > 0 || len(watchOld) > 0 {
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		defer stop()
+		r, err := suite.RunWatchCost(ctx, suite.WatchConfig{Sizes: watchSizes, OldSizes: watchOld, Window: *watchWindow, StatusEvery: *statusEvery, OutDir: *out, Log: log})
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "npu-bench: broken function:", err)
+			os.Exit(1)
+		}
+		fmt.Print(watchcost.Markdown(r))
+		return
 	}
 	plan, err := suite.PlanFor(*mode)
 	if err == nil {
