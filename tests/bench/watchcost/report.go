@@ -12,18 +12,18 @@ type Seconds = report.Seconds
 
 // Report is one run of the watch-cost measurement.
 type Report struct {
-	Date    string         `json:"date"`
-	Commit  string         `json:"commit"`
-	Machine report.Machine `json:"machine"`
-	Sizes   []Size         `json:"sizes"`
+	Date    string          `json:"date"`
+	Commit  string          `json:"commit"`
+	Machine report.Machine  `json:"machine"`
+	Sizes   []Size          `json:"sizes"`
 	Targets []report.Target `json:"targets"`
 }
 
 // Size is one fleet size: a window without agents, then one per variant.
 type Size struct {
-	Nodes         int     `json:"nodes"`
-	StatusEvery   Seconds `json:"statusReportSeconds"`
-	CreateSeconds Seconds `json:"createSeconds"`
+	Nodes         int      `json:"nodes"`
+	StatusEvery   Seconds  `json:"statusReportSeconds"`
+	CreateSeconds Seconds  `json:"createSeconds"`
 	Windows       []Window `json:"windows"`
 	// StatusErrors and LeaseErrors are the simulated kubelets' failed
 	// writes (a late report is no error).
