@@ -34,8 +34,44 @@ builder=$!
 exec 8>&- 9>&-
 echo "building the deployers, then the real nodes' binaries, in the background (logs: $cache/build-engines.log, $cache/build-nodes.log); the tests that need them wait for them"
 export NPU_STACK_BUILD_DIR=$cache
+
+# Progress: go test prints a package's result only when the package
+# ends (tests/e2e runs for over 20 minutes) and the background builds
+# write to their logs, so without this a run looks hung for minutes at a
+# time. A line every PROGRESS_EVERY seconds (default 30): the time so
+# far, the packages done out of all, and each background build's step.
+# shellcheck source=ci/progress.sh
+source "$(dirname "$0")/progress.sh"
+: >"$cache/test.log"
+build_step() {
+	local what=$1
+	if [[ -f $cache/build-$what.rc ]]; then
+		if [[ $(cat "$cache/build-$what.rc") == 0 ]]; then echo "$what built"; else echo "$what build FAILED"; fi
+	elif [[ -s $cache/build-$what.log ]]; then
+		echo "$what $(grep -E '^\[[0-9]+/[0-9]+\]' "$cache/build-$what.log" | tail -n 1 | sed -E 's/: (still running|done in) .*//')"
+	else
+		echo "$what waiting"
+	fi
+}
+start=$SECONDS
+(
+	trap 'kill "$sleeper" 2>/dev/null; exit 0' TERM
+	sleeper=
+	total=$("${GO:-go}" list ./... 2>/dev/null | wc -l)
+	while kill -0 $$ 2>/dev/null; do
+		sleep "${PROGRESS_EVERY:-30}" </dev/null >/dev/null 2>&1 &
+		sleeper=$!
+		wait "$sleeper" || true
+		done=$(grep -cE '^(ok|FAIL|\?)[[:space:]]+[^[:space:]]' "$cache/test.log" || true)
+		echo "make test: $(duration $((SECONDS - start))), test packages done: $done of $total; $(build_step engines); $(build_step nodes)"
+	done
+) &
+beat=$!
 rc=0
-"${GO:-go}" test "$@" || rc=$?
+"${GO:-go}" test "$@" 2>&1 | tee -a "$cache/test.log" || rc=$?
+kill "$beat" 2>/dev/null || true
+wait "$beat" 2>/dev/null || true
+echo "make test: go test ended after $(duration $((SECONDS - start))) (exit $rc); its output is also in $cache/test.log"
 wait "$builder"
 for what in engines nodes; do
 	if [[ $(cat "$cache/build-$what.rc") != 0 ]]; then

@@ -6,8 +6,10 @@
 package ciscripts_test
 
 import (
+	"bufio"
 	"context"
 	"errors"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -204,5 +206,91 @@ exec chroot "$R" bash "$REPO/ci/prereqs.sh" --check demo`
 		case enter == "pivot" && refused:
 			t.Errorf("a root entered with pivot_root was refused as a chroot (%v):\n%s", err, out)
 		}
+	}
+}
+
+// TestMakeTestProgress: ci/test.sh, make test's runner, prints a line at
+// least every PROGRESS_EVERY seconds while go test runs (go test prints a
+// package's result only when the package ends) with the packages done
+// and each background build's current step, read from the build's log.
+// go and make are stand-ins, and the test moves them on only once it has
+// read the line it waits for: a make whose build step goes on until
+// released, and a go that lists three packages, reports one, and
+// reports the next once the builds are released and done.
+func TestMakeTestProgress(t *testing.T) {
+	bin, cache := t.TempDir(), t.TempDir()
+	release := filepath.Join(cache, "release")
+	write := func(name, body string) {
+		if err := os.WriteFile(filepath.Join(bin, name), []byte("#!/usr/bin/env bash\n"+body), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("go", `case $1 in
+list) printf 'ex/a\nex/b\nex/c\n' ;;
+test)
+	printf 'ok  \tex/a\t0.1s\n'
+	until [[ -f $NPU_STACK_BUILD_DIR/build-nodes.rc && -f `+release+`.2 ]]; do sleep 0.1; done
+	printf '?   \tex/b\t[no test files]\n'
+	exit 1 ;;
+esac
+`)
+	write("make", `echo "[2/6] building Argo CD"
+until [[ -f `+release+` ]]; do sleep 0.1; done
+echo "[2/6] building Argo CD: done in 2 s"
+`)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "bash", "ci/test.sh", cache, "./...")
+	cmd.Dir = repoRoot(t)
+	// At the timeout the whole group goes, the stand-ins holding the
+	// output open among them: a runner that never prints the line the
+	// test waits for fails the test, not hangs it.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.WaitDelay = 5 * time.Second
+	cmd.Env = append(os.Environ(), "PROGRESS_EVERY=1", "GO="+filepath.Join(bin, "go"), "MAKE="+filepath.Join(bin, "make"))
+	pipe, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = cmd.Stdout
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	// Each line the runner must print, and what the test then lets the
+	// stand-ins do.
+	steps := []struct {
+		line *regexp.Regexp
+		then string
+	}{
+		{regexp.MustCompile(`^make test: \d+ s, test packages done: 1 of 3; engines \[2/6\] building Argo CD; nodes waiting$`), release},
+		{regexp.MustCompile(`^make test: \d+ s, test packages done: 1 of 3; engines built; nodes built$`), release + ".2"},
+		{regexp.MustCompile(`^make test: go test ended after \d+ s \(exit 1\)`), ""},
+	}
+	var seen []string
+	sc := bufio.NewScanner(pipe)
+	for sc.Scan() && len(steps) > 0 {
+		seen = append(seen, sc.Text())
+		if !steps[0].line.MatchString(sc.Text()) {
+			continue
+		}
+		if steps[0].then != "" {
+			if err := os.WriteFile(steps[0].then, nil, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		steps = steps[1:]
+	}
+	_, _ = io.Copy(io.Discard, pipe)
+	err = cmd.Wait()
+	if len(steps) > 0 {
+		t.Fatalf("no line matching %s in:\n%s", steps[0].line, strings.Join(seen, "\n"))
+	}
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != 1 {
+		t.Errorf("go test failed with 1: ci/test.sh ended with %v, want exit 1", err)
+	}
+	if log, err := os.ReadFile(filepath.Join(cache, "test.log")); err != nil || !strings.Contains(string(log), "ex/b") {
+		t.Errorf("go test's output is not in test.log (%v): %q", err, log)
 	}
 }
