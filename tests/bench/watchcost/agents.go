@@ -152,6 +152,12 @@ func (a *agents) start(ctx context.Context, base *rest.Config, node string, log 
 	})
 	if a.variant == AllNodes {
 		inf := allNodesInformer(md, npu)
+		// Slimmed as the old agent did (and the agent does now): what the
+		// process keeps is not what is measured, and 1,000 agents holding
+		// 1,000 full metadata objects each would not fit this machine.
+		if err := inf.SetTransform(slim); err != nil {
+			return fmt.Errorf("watch of every NPU node for %s: %w", node, err)
+		}
 		if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 			AddFunc:    func(any) { a.oldEvents.Add(1) },
 			UpdateFunc: func(any, any) { a.oldEvents.Add(1) },
@@ -179,6 +185,24 @@ func allNodesInformer(md metadata.Interface, npu labels.Selector) cache.SharedIn
 		},
 	}
 	return cache.NewSharedIndexInformer(lw, &metav1.PartialObjectMetadata{}, 5*time.Minute, cache.Indexers{})
+}
+
+// slim keeps what the storm protection reads of a node: its name, UID,
+// resourceVersion, reboot-required label and reboot-reason annotation.
+func slim(obj any) (any, error) {
+	m, ok := obj.(*metav1.PartialObjectMetadata)
+	if !ok {
+		return obj, nil // a tombstone: left as it is
+	}
+	out := &metav1.PartialObjectMetadata{TypeMeta: m.TypeMeta,
+		ObjectMeta: metav1.ObjectMeta{Name: m.Name, UID: m.UID, ResourceVersion: m.ResourceVersion}}
+	if v, ok := m.Labels[keys.RebootRequired()]; ok {
+		out.Labels = map[string]string{keys.RebootRequired(): v}
+	}
+	if v, ok := m.Annotations[keys.RebootReason()]; ok {
+		out.Annotations = map[string]string{keys.RebootReason(): v}
+	}
+	return out, nil
 }
 
 // stormEvents is what the agents' storm-protection watches delivered so

@@ -11,12 +11,14 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/sirupsen/logrus"
+	"k8s.io/klog/v2"
 
 	"github.com/openfuyao/npu-stack/tests/bench/report"
 	"github.com/openfuyao/npu-stack/tests/bench/suite"
@@ -54,6 +56,12 @@ func main() {
 		log.SetLevel(logrus.DebugLevel)
 	}
 	if len(watchSizes) > 0 || len(watchOld) > 0 {
+		// Thousands of in-process agents' client-go warnings (watches
+		// restarted under load) go to a file, not the terminal.
+		if err := klogTo(filepath.Join(*out, "client-go.log")); err != nil {
+			fmt.Fprintln(os.Stderr, "npu-bench:", err)
+			os.Exit(2)
+		}
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 		defer stop()
 		r, err := suite.RunWatchCost(ctx, suite.WatchConfig{Sizes: watchSizes, OldSizes: watchOld, Window: *watchWindow, StatusEvery: *statusEvery, OutDir: *out, Log: log})
@@ -81,6 +89,26 @@ func main() {
 	}
 	fmt.Print(report.Markdown(r))
 	fmt.Fprintf(os.Stderr, "\nresults: %s/results.md, %s/results.json\n", *out, *out)
+}
+
+// klogTo sends client-go's klog output to path.
+func klogTo(path string) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return fmt.Errorf("client-go log: %w", err)
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("client-go log: %w", err)
+	}
+	fs := flag.NewFlagSet("klog", flag.ContinueOnError)
+	klog.InitFlags(fs)
+	for k, v := range map[string]string{"logtostderr": "false", "alsologtostderr": "false", "stderrthreshold": "FATAL"} {
+		if err := fs.Set(k, v); err != nil {
+			return fmt.Errorf("client-go log: %w", err)
+		}
+	}
+	klog.SetOutput(f)
+	return nil
 }
 
 func envOr(key, def string) string {
