@@ -36,10 +36,12 @@ echo "building the deployers, then the real nodes' binaries, in the background (
 export NPU_STACK_BUILD_DIR=$cache
 
 # Progress: go test prints a package's result only when the package
-# ends (tests/e2e runs for over 20 minutes) and the background builds
-# write to their logs, so without this a run looks hung for minutes at a
-# time. A line every PROGRESS_EVERY seconds (default 30): the time so
-# far, the packages done out of all, and each background build's step.
+# ends, and in the order it was given the packages (tests/e2e, first,
+# runs for over 20 minutes), and the background builds write to their
+# logs, so without this a run looks hung for most of an hour. A line
+# every PROGRESS_EVERY seconds (default 30): the time so far, the
+# packages reported out of all, the test binaries running now, and each
+# background build's step.
 # shellcheck source=ci/progress.sh
 source "$(dirname "$0")/progress.sh"
 : >"$cache/test.log"
@@ -53,6 +55,13 @@ build_step() {
 		echo "$what waiting"
 	fi
 }
+# running names the test binaries of this run (its process group)
+# running now.
+running() {
+	local names
+	names=$(ps -eo pgid=,comm= | awk -v g="$(ps -o pgid= $$ | tr -d ' ')" '$1 == g && $2 ~ /\.test$/ { sub(/\.test$/, "", $2); print $2 }' | sort | tr '\n' ' ')
+	echo "${names:-none}" | sed 's/ $//'
+}
 start=$SECONDS
 (
 	trap 'kill "$sleeper" 2>/dev/null; exit 0' TERM
@@ -63,7 +72,7 @@ start=$SECONDS
 		sleeper=$!
 		wait "$sleeper" || true
 		done=$(grep -cE '^(ok|FAIL|\?)[[:space:]]+[^[:space:]]' "$cache/test.log" || true)
-		echo "make test: $(duration $((SECONDS - start))), test packages done: $done of $total; $(build_step engines); $(build_step nodes)"
+		echo "make test: $(duration $((SECONDS - start))), test packages reported: $done of $total; running: $(running); $(build_step engines); $(build_step nodes)"
 	done
 ) &
 beat=$!

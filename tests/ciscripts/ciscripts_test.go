@@ -215,8 +215,9 @@ exec chroot "$R" bash "$REPO/ci/prereqs.sh" --check demo`
 // and each background build's current step, read from the build's log.
 // go and make are stand-ins, and the test moves them on only once it has
 // read the line it waits for: a make whose build step goes on until
-// released, and a go that lists three packages, reports one, and
-// reports the next once the builds are released and done.
+// released, and a go that lists three packages, starts a test binary,
+// reports one package, and reports the next once the builds are released
+// and done.
 func TestMakeTestProgress(t *testing.T) {
 	bin, cache := t.TempDir(), t.TempDir()
 	release := filepath.Join(cache, "release")
@@ -228,6 +229,9 @@ func TestMakeTestProgress(t *testing.T) {
 	write("go", `case $1 in
 list) printf 'ex/a\nex/b\nex/c\n' ;;
 test)
+	# a test binary of package ex/b, running until the end
+	"$(dirname "$0")/b.test" 60 &
+	trap 'kill $!' EXIT
 	printf 'ok  \tex/a\t0.1s\n'
 	until [[ -f $NPU_STACK_BUILD_DIR/build-nodes.rc && -f `+release+`.2 ]]; do sleep 0.1; done
 	printf '?   \tex/b\t[no test files]\n'
@@ -238,6 +242,13 @@ esac
 until [[ -f `+release+` ]]; do sleep 0.1; done
 echo "[2/6] building Argo CD: done in 2 s"
 `)
+	sleep, err := exec.LookPath("sleep")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(sleep, filepath.Join(bin, "b.test")); err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "bash", "ci/test.sh", cache, "./...")
@@ -263,8 +274,8 @@ echo "[2/6] building Argo CD: done in 2 s"
 		line *regexp.Regexp
 		then string
 	}{
-		{regexp.MustCompile(`^make test: \d+ s, test packages done: 1 of 3; engines \[2/6\] building Argo CD; nodes waiting$`), release},
-		{regexp.MustCompile(`^make test: \d+ s, test packages done: 1 of 3; engines built; nodes built$`), release + ".2"},
+		{regexp.MustCompile(`^make test: \d+ s, test packages reported: 1 of 3; running: b; engines \[2/6\] building Argo CD; nodes waiting$`), release},
+		{regexp.MustCompile(`^make test: \d+ s, test packages reported: 1 of 3; running: b; engines built; nodes built$`), release + ".2"},
 		{regexp.MustCompile(`^make test: go test ended after \d+ s \(exit 1\)`), ""},
 	}
 	var seen []string
