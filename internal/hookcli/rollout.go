@@ -19,6 +19,7 @@ import (
 	"github.com/openfuyao/npu-stack/internal/cli"
 	"github.com/openfuyao/npu-stack/internal/contract"
 	"github.com/openfuyao/npu-stack/internal/kube"
+	"github.com/openfuyao/npu-stack/internal/profile"
 	"github.com/openfuyao/npu-stack/internal/rollout"
 )
 
@@ -35,6 +36,7 @@ type rolloutFlags struct {
 	// policyConfigMap names the ConfigMap the chart writes the policy to.
 	policyConfigMap string
 	record          recordFlags
+	profileDir      string
 }
 
 // NewRollout is `npu-hooks rollout`.
@@ -71,7 +73,9 @@ fix); 1 any other error (safe to retry).`,
 			if err != nil {
 				return cli.Terminal(err)
 			}
-			return runRollout(cmd.Context(), &f, log, cmd.OutOrStdout())
+			return profiled(f.profileDir, &f.cluster.client, log, func() error {
+				return runRollout(cmd.Context(), &f, log, cmd.OutOrStdout())
+			})
 		},
 	}
 	fs := cmd.Flags()
@@ -89,6 +93,9 @@ fix); 1 any other error (safe to retry).`,
 		"ConfigMap in --namespace holding the policy flags (key args), which the chart rewrites at every upgrade: read at the start and watched, so the newest policy takes effect at once, in a run already under way too; empty: the flags only")
 	f.record.add(fs)
 	fs.BoolVar(&f.waitForLease, "wait-for-lease", true, "wait while another rollout holds the lease (false: exit 2 with its holder)")
+	fs.StringVar(&f.profileDir, "profile-dir", "",
+		"write this run's profiles to the directory (created if need be; make bench sets it): "+profile.CPUFile+" (CPU, the whole run), "+profile.HeapFile+" (heap at exit), "+profile.HeapPeakFile+" (heap near its peak), "+
+			profile.PeakFile+" (peak goroutines and heap in use, sampled every second, and the time the API requests took); empty: none")
 	return cmd
 }
 

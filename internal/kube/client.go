@@ -6,6 +6,7 @@ package kube
 
 import (
 	"fmt"
+	"net/http"
 
 	"github.com/spf13/pflag"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -22,6 +23,10 @@ type ClientOptions struct {
 	// would be the bottleneck, not the cluster.
 	QPS   float32
 	Burst int
+	// WrapTransport, if set, wraps the transport of every client built
+	// from these options (`npu-hooks rollout --profile-dir` times the
+	// requests with it); not a flag.
+	WrapTransport func(http.RoundTripper) http.RoundTripper
 }
 
 // AddFlags registers --kubeconfig, --kube-api-qps and --kube-api-burst.
@@ -47,6 +52,9 @@ func (o *ClientOptions) RESTConfig() (*rest.Config, error) {
 	}
 	if o.Burst > 0 {
 		cfg.Burst = o.Burst
+	}
+	if o.WrapTransport != nil {
+		cfg.Wrap(o.WrapTransport)
 	}
 	return cfg, nil
 }
