@@ -55,6 +55,19 @@ type Scenario struct {
 	Requests      []Count `json:"requests"`
 	RolloutCPU    Seconds `json:"rolloutCPUSeconds"`
 	RolloutPeakMB float64 `json:"rolloutPeakRSSMiB"`
+	// RolloutCPUPerNodeMs is RolloutCPU per node upgraded, in ms. The
+	// others come from the profiles the rollout wrote (npu-hooks rollout
+	// --profile-dir): its peak goroutines and heap in use, sampled every
+	// second; its API requests, watches aside, and their summed time to
+	// the end of each response (requests at once each count theirs); and
+	// the profile files, relative to the results. Zero in results written
+	// before they were measured.
+	RolloutCPUPerNodeMs   float64  `json:"rolloutCPUPerNodeMs,omitempty"`
+	RolloutPeakGoroutines int      `json:"rolloutPeakGoroutines,omitempty"`
+	RolloutPeakHeapMB     float64  `json:"rolloutPeakHeapInUseMiB,omitempty"`
+	RolloutAPIRequests    int      `json:"rolloutAPIRequests,omitempty"`
+	RolloutAPIWait        Seconds  `json:"rolloutAPIWaitSeconds,omitempty"`
+	RolloutProfiles       []string `json:"rolloutProfiles,omitempty"`
 
 	Steps      Latency            `json:"stepLatency"`
 	StepsByWhy map[string]Latency `json:"stepLatencyByCause"`
@@ -286,6 +299,7 @@ func Markdown(r Report) string {
 		b.WriteString("\n")
 	}
 	cycleTable(&b, r.Scenarios)
+	processTable(&b, r.Scenarios)
 	loadTable(&b, r.Scenarios, r.Machine.Cores)
 	if len(r.Agents) > 0 {
 		b.WriteString("\nNode agents (one real process each, on a simulated host):\n\n")
@@ -328,35 +342,6 @@ func Markdown(r Report) string {
 const causeAdmitted = "budget freed"
 
 var stepCauses = []string{causeAdmitted, "previous step done", "boot ID changed", "driver-ready and pods Ready again", "driver ready → re-roll"}
-
-// cycleTable splits a node's mean cycle into the simulated per-node time,
-// the rollout's steps and the rest, so the overhead over the physical
-// limit shows whose it is.
-func cycleTable(b *strings.Builder, ss []Scenario) {
-	var rows []Scenario
-	for _, s := range ss {
-		if s.CycleMean > 0 {
-			rows = append(rows, s)
-		}
-	}
-	if len(rows) == 0 {
-		return
-	}
-	b.WriteString("\nWhere a node's upgrade time goes, mean per node, from the write admitting it to the write taking it out of progress: " +
-		"the simulated per-node time, the rollout's steps (the sum of the node's step latencies above) and the rest " +
-		"(the simulated agents and kubelet reacting, and the API server's latency under the load of the whole fleet). " +
-		"The wait for a free slot comes between cycles:\n\n")
-	b.WriteString("| nodes | parallelism | per-node time | cycle | the rollout's steps | the rest | budget freed → admitted (mean) |\n|---:|---|---:|---:|---:|---:|---:|\n")
-	for _, s := range rows {
-		admit := "—"
-		if l, ok := s.StepsByWhy[causeAdmitted]; ok && l.N > 0 && l.Mean > 0 {
-			admit = fmtSec(l.Mean)
-		}
-		rest := s.CycleMean - s.CycleRollout - s.PerNode
-		fmt.Fprintf(b, "| %d | %s | %s | %s | %s | %s | %s |\n", s.Nodes, s.Parallelism, fmtSec(s.PerNode), fmtSec(s.CycleMean),
-			fmtSec(s.CycleRollout), fmtSec(max(rest, 0)), admit)
-	}
-}
 
 // loadTable shows the whole cluster during each rollout: every client's
 // writes, the API server's own latency for the busiest of them, and the

@@ -33,8 +33,13 @@ func TestMarkdownCycleSplit(t *testing.T) {
 	s := Scenario{Nodes: 1000, Parallelism: "10%", Effective: 100, PerNode: 20, Upgraded: 1000, CycleMean: 23.5, CycleRollout: 0.5,
 		StepsByWhy: map[string]Latency{string(steplat.Admitted): {N: 900, P50: 0.1, P99: 1, Mean: 0.2}}}
 	md := Markdown(Report{Scenarios: []Scenario{s}})
-	if !strings.Contains(md, "| 1000 | 10% | 20.0 s | 23.5 s | 500 ms | 3.0 s | 200 ms |") {
+	if !strings.Contains(md, "| 1000 | 10% | 20.0 s | 23.5 s | 500 ms | — | 3.0 s | 200 ms |") {
 		t.Fatalf("cycle row missing:\n%s", md)
+	}
+	// With the rollout's profile: 45 s of requests over 1,000 nodes.
+	s.RolloutAPIRequests, s.RolloutAPIWait = 9000, 45
+	if md := Markdown(Report{Scenarios: []Scenario{s}}); !strings.Contains(md, "| 1000 | 10% | 20.0 s | 23.5 s | 500 ms | 45 ms | 3.0 s | 200 ms |") {
+		t.Fatalf("cycle row with the API time missing:\n%s", md)
 	}
 	if md := Markdown(Report{Scenarios: []Scenario{{Nodes: 10, Parallelism: "1"}}}); strings.Contains(md, "Where a node's upgrade time goes") {
 		t.Fatalf("cycle table without a measured cycle:\n%s", md)

@@ -121,9 +121,17 @@ func (b *Bed) runNPUStack(ctx context.Context, spec Spec, gate peerrun.Gate) (re
 	if err != nil {
 		return out, err
 	}
-	logPath := filepath.Join(b.cfg.Dir, fmt.Sprintf("rollout-n%d-p%s-t%s.log", n, strings.TrimSuffix(spec.Parallelism.Label, "%"), spec.Timing.Total()))
-	wall, usage, left, err := b.rollout(ctx, append(args, spec.ExtraArgs...), env, logPath, spec.Timeout)
+	base := fmt.Sprintf("rollout-n%d-p%s-t%s", n, strings.TrimSuffix(spec.Parallelism.Label, "%"), spec.Timing.Total())
+	if spec.Together {
+		// Its own files: quick runs the same scenario alone before.
+		base += "-together"
+	}
+	logPath, profDir := filepath.Join(b.cfg.Dir, base+".log"), filepath.Join(b.cfg.Dir, base+".profile")
+	wall, usage, left, err := b.rollout(ctx, append(append(args, spec.ExtraArgs...), profileArg(profDir)), env, logPath, spec.Timeout)
 	if err != nil {
+		return out, err
+	}
+	if err := readProfile(&out, profDir); err != nil {
 		return out, err
 	}
 	doneAt, err := done(time.Minute)
@@ -151,6 +159,7 @@ func (b *Bed) runNPUStack(ctx context.Context, spec Spec, gate peerrun.Gate) (re
 	if out.Upgraded, err = b.checkUpgraded(ctx, version); err != nil {
 		return out, err
 	}
+	out.RolloutCPUPerNodeMs = cpuPerNodeMs(out.RolloutCPU, out.Upgraded)
 	counts, err := b.proxy.Snapshot(ctx)
 	if err != nil {
 		return out, err

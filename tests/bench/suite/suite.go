@@ -283,8 +283,10 @@ func runFleet(ctx context.Context, cfg Config, f Fleet, agents bool, peerBin, pr
 		if err != nil {
 			return out, fmt.Errorf("scenario N=%d parallelism %s per-node %s: %w", f.Nodes, spec.Parallelism.Label, spec.Timing.Total(), err)
 		}
+		s.RolloutProfiles = relativeTo(cfg.OutDir, s.RolloutProfiles)
 		slog.WithFields(logrus.Fields{"wall": fmt.Sprintf("%.1fs", s.Wall), "fromBump": fmt.Sprintf("%.1fs", s.FromBump()), "writesPerNode": fmt.Sprintf("%.1f", s.WritesPerNode()),
 			"peakMiB": fmt.Sprintf("%.0f", s.RolloutPeakMB), "stepP99": fmt.Sprintf("%.3fs", s.Steps.P99),
+			"cpuPerNode": fmt.Sprintf("%.2fms", s.CPUPerNodeMs()), "peakGoroutines": s.RolloutPeakGoroutines,
 			"podsRestartedInPlace": s.SimPodRestarts,
 			"heartbeatMaxLag":      fmt.Sprintf("%.1fs", s.SimHeartbeatMaxLag)}).Info("rollout done")
 		if p := s.Peer; p != nil {
@@ -302,6 +304,20 @@ func runFleet(ctx context.Context, cfg Config, f Fleet, agents bool, peerBin, pr
 		}
 	}
 	return out, nil
+}
+
+// relativeTo makes paths relative to dir, the results' directory, so the
+// report names its profiles wherever the directory is moved; a path that
+// cannot be made relative stays as it is.
+func relativeTo(dir string, paths []string) []string {
+	out := make([]string, 0, len(paths))
+	for _, p := range paths {
+		if r, err := filepath.Rel(dir, p); err == nil {
+			p = r
+		}
+		out = append(out, p)
+	}
+	return out
 }
 
 func write(dir string, r report.Report) error {

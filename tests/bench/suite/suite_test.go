@@ -208,3 +208,12 @@ func TestPlansRunThePeerWhereTheReportComparesIt(t *testing.T) {
 		t.Errorf("hasPeer of the quick fleet %q, want the binary", p)
 	}
 }
+
+// The report names the profiles relative to its own directory, so the
+// paths hold once the results are copied elsewhere (docs/bench).
+func TestProfilesAreNamedRelativeToTheResults(t *testing.T) {
+	got := relativeTo(".cache/bench", []string{".cache/bench/n20/rollout-n20-p10-t1s.profile/cpu.pprof", "/elsewhere/peak.json"})
+	if len(got) != 2 || got[0] != "n20/rollout-n20-p10-t1s.profile/cpu.pprof" || got[1] != "/elsewhere/peak.json" {
+		t.Errorf("relative paths %q", got)
+	}
+}
