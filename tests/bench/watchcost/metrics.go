@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
@@ -32,13 +33,31 @@ type serverSample struct {
 	NodeWatches, LeaseWatches float64
 }
 
+// readServer reads the API server's /metrics. A read that fails is tried
+// again, up to scrapeAttempts times a scrapeRetry apart, as a Prometheus
+// server would scrape again: while a thousand agents start at once the
+// server may drop a stream (an HTTP/2 INTERNAL_ERROR) without anything
+// being wrong with the counters, which are cumulative.
 func readServer(ctx context.Context, c rest.Interface) (serverSample, error) {
-	body, err := c.Get().AbsPath("/metrics").DoRaw(ctx)
-	if err != nil {
-		return serverSample{}, fmt.Errorf("read the API server's /metrics: %w", err)
+	var err error
+	for range scrapeAttempts {
+		var body []byte
+		if body, err = c.Get().AbsPath("/metrics").DoRaw(ctx); err == nil {
+			return parseServer(bytes.NewReader(body))
+		}
+		select {
+		case <-ctx.Done():
+			return serverSample{}, ctx.Err()
+		case <-time.After(scrapeRetry):
+		}
 	}
-	return parseServer(bytes.NewReader(body))
+	return serverSample{}, fmt.Errorf("read the API server's /metrics (%d attempts): %w", scrapeAttempts, err)
 }
+
+const (
+	scrapeAttempts = 5
+	scrapeRetry    = 2 * time.Second
+)
 
 // parseServer reads a Prometheus text exposition of the API server.
 func parseServer(r io.Reader) (serverSample, error) {
