@@ -56,11 +56,26 @@ build_step() {
 	fi
 }
 # running names the test binaries of this run (its process group)
-# running now.
+# running now, from /proc: a minimal Debian root has no ps.
 running() {
-	local names
-	names=$(ps -eo pgid=,comm= | awk -v g="$(ps -o pgid= $$ | tr -d ' ')" '$1 == g && $2 ~ /\.test$/ { sub(/\.test$/, "", $2); print $2 }' | sort | tr '\n' ' ')
-	echo "${names:-none}" | sed 's/ $//'
+	local own stat comm rest pgrp names=()
+	stat=$(<"/proc/$$/stat")
+	read -r _ _ own _ <<<"${stat##*) }"
+	for f in /proc/[0-9]*/stat; do
+		stat=$(<"$f") 2>/dev/null || continue
+		comm=${stat#*(}
+		comm=${comm%)*}
+		rest=${stat##*) }
+		read -r _ _ pgrp _ <<<"$rest"
+		if [[ $pgrp == "$own" && $comm == *.test ]]; then
+			names+=("${comm%.test}")
+		fi
+	done
+	if ((${#names[@]} == 0)); then
+		echo none
+	else
+		printf '%s\n' "${names[@]}" | sort | paste -sd' ' -
+	fi
 }
 start=$SECONDS
 (

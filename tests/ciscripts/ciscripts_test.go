@@ -259,7 +259,8 @@ echo "[2/6] building Argo CD: done in 2 s"
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	cmd.WaitDelay = 5 * time.Second
-	cmd.Env = append(os.Environ(), "PROGRESS_EVERY=1", "GO="+filepath.Join(bin, "go"), "MAKE="+filepath.Join(bin, "make"))
+	// No ps: a debootstrap minbase root has none.
+	cmd.Env = append(os.Environ(), "PATH="+pathWithout(t, "ps"), "PROGRESS_EVERY=1", "GO="+filepath.Join(bin, "go"), "MAKE="+filepath.Join(bin, "make"))
 	pipe, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
