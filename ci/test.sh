@@ -62,7 +62,8 @@ running() {
 	stat=$(<"/proc/$$/stat")
 	read -r _ _ own _ <<<"${stat##*) }"
 	for f in /proc/[0-9]*/stat; do
-		stat=$(<"$f") 2>/dev/null || continue
+		# a process may end between the glob and the read
+		{ stat=$(<"$f"); } 2>/dev/null || continue
 		comm=${stat#*(}
 		comm=${comm%)*}
 		rest=${stat##*) }
