@@ -89,7 +89,6 @@ func Run(ctx context.Context, cfg Config) (Size, error) {
 	cfg.Log.WithFields(logrus.Fields{"nodes": len(nodes), "took": time.Since(start).Round(time.Second)}).Info("fleet created")
 
 	runCtx, stopFleet := context.WithCancel(context.Background())
-	defer stopFleet()
 	var reports atomic.Int64
 	all := func() []*corev1.Node { return nodes }
 	lease := fleet.NewHeartbeat(fleet.HeartbeatConfig{Client: client, Every: cfg.LeaseEvery, Clock: clock.RealClock{}, Nodes: all, Log: cfg.Log})
